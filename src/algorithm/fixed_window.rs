@@ -1,0 +1,51 @@
+//! Fixed window: a counter per window aligned to the Unix epoch, so a `1d`
+//! quota resets at 00:00 UTC for every instance alike. Up to twice the limit
+//! can pass around a boundary; use it for quotas, not for burst control.
+
+use super::{Step, Verdict};
+use crate::algorithm::State;
+use crate::clock::Micros;
+
+pub(super) fn decide(
+    limit: u64,
+    window: u64,
+    state: Option<&State>,
+    now: Micros,
+    cost: u64,
+) -> Step {
+    let start = now - now % window;
+    let count = match state {
+        Some(State::Window { start_us, count, .. }) if *start_us == start => *count,
+        _ => 0,
+    };
+    let reset = start + window - now;
+    if count + cost <= limit {
+        Step {
+            verdict: Verdict {
+                allowed: true,
+                remaining: (limit - count - cost) as f64,
+                reset_after_us: reset,
+                retry_after_us: 0,
+                delay_us: 0,
+            },
+            state: Some(State::Window {
+                start_us: start,
+                count: count + cost,
+                prev: 0,
+            }),
+            ttl_us: reset,
+        }
+    } else {
+        Step {
+            verdict: Verdict {
+                allowed: false,
+                remaining: limit.saturating_sub(count) as f64,
+                reset_after_us: reset,
+                retry_after_us: reset,
+                delay_us: 0,
+            },
+            state: None,
+            ttl_us: reset,
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! GCRA, the generic cell rate algorithm: one timestamp per key, the
+//! theoretical arrival time (TAT) of the next unit. Admits `burst` at once
+//! and then one unit per emission interval, in integer microseconds (the
+//! interval is rounded up, so rounding never admits more than the rate).
+//!
+//! The leaky bucket in policing mode is this same meter; see
+//! [`super::leaky_bucket`].
+
+use super::{Step, Verdict};
+use crate::algorithm::State;
+use crate::clock::Micros;
+
+/// `interval` µs per unit, `burst` units at once. `max_delay` > 0 turns the
+/// meter into a shaper (leaky bucket): see [`super::leaky_bucket`].
+pub(super) fn decide(
+    interval: u64,
+    burst: u64,
+    max_delay: u64,
+    state: Option<&State>,
+    now: Micros,
+    cost: u64,
+) -> Step {
+    let tat = match state {
+        Some(State::Tat(t)) => (*t).max(now),
+        _ => now,
+    };
+    let window = burst * interval;
+    let queued = tat - now;
+    let new_tat = tat + cost * interval;
+    let used = new_tat - now;
+    let shaping_too_long = max_delay > 0 && queued > max_delay;
+    if used <= window && !shaping_too_long {
+        Step {
+            verdict: Verdict {
+                allowed: true,
+                remaining: ((window - used) / interval) as f64,
+                reset_after_us: used,
+                retry_after_us: 0,
+                delay_us: if max_delay > 0 { queued } else { 0 },
+            },
+            state: Some(State::Tat(new_tat)),
+            ttl_us: used,
+        }
+    } else {
+        let retry = if used > window {
+            used - window
+        } else {
+            queued - max_delay
+        };
+        Step {
+            verdict: Verdict {
+                allowed: false,
+                remaining: (window.saturating_sub(queued) / interval) as f64,
+                reset_after_us: queued,
+                retry_after_us: retry.max(1),
+                delay_us: 0,
+            },
+            state: None,
+            ttl_us: queued,
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! The six rate-limiting algorithms, as pure functions.
+//!
+//! Each algorithm is `(limit, state, now, cost) -> Step`: it never reads a
+//! clock and never writes anything itself. A store (memory or Redis, whose
+//! Lua scripts in `lua/` repeat the same arithmetic) keeps the state and
+//! writes [`Step::state`] only when every limit of the request admits it.
+//!
+//! | algorithm | state | bound | TTL |
+//! |---|---|---|---|
+//! | token bucket | tokens (f64), last refill | capacity + rate × t | time to refill to full |
+//! | sliding window counter | window start, count, previous count | ~limit per window (weighted) | two windows |
+//! | sliding window log | one timestamp per admitted unit | exactly limit per window | one window |
+//! | fixed window | window start, count | limit per aligned window | until the window ends |
+//! | GCRA | theoretical arrival time | burst + rate × t | TAT − now |
+//! | leaky bucket | time the queue drains | capacity + rate × t; may delay | drain time |
+//!
+//! ```
+//! use ratewatch::algorithm::Algorithm;
+//! let burst = Algorithm::TokenBucket { capacity: 2, refill_per_second: 1.0 };
+//! let now = 1_000_000_000;
+//! let first = burst.decide(None, now, 1);
+//! assert!(first.verdict.allowed);
+//! let second = burst.decide(first.state.as_ref(), now, 1);
+//! let third = burst.decide(second.state.as_ref(), now, 1);
+//! assert!(!third.verdict.allowed);
+//! assert_eq!(third.verdict.retry_after_us, 1_000_000);
+//! ```
+
+mod fixed_window;
+mod gcra;
+mod leaky_bucket;
+mod sliding_log;
+mod sliding_window;
+mod token_bucket;
+
+use std::collections::VecDeque;
+
+use crate::clock::{MICROS_PER_SEC, Micros};
+
+/// One limit's algorithm and its parameters, validated (see
+/// [`Algorithm::validate`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Algorithm {
+    /// Bursts up to `capacity`, refilled continuously at `refill_per_second`.
+    TokenBucket {
+        /// Tokens the bucket holds when full.
+        capacity: u64,
+        /// Tokens added per second (fractions are kept).
+        refill_per_second: f64,
+    },
+    /// Two fixed windows, the previous one weighted by how much of it still
+    /// overlaps the sliding window.
+    SlidingWindow {
+        /// Units admitted per window.
+        limit: u64,
+        /// Window length.
+        window_us: u64,
+    },
+    /// Exact: one timestamp per admitted unit (a sorted set in Redis).
+    SlidingLog {
+        /// Units admitted per window.
+        limit: u64,
+        /// Window length.
+        window_us: u64,
+    },
+    /// Windows aligned to the Unix epoch (a `1d` window resets at 00:00 UTC).
+    FixedWindow {
+        /// Units admitted per window.
+        limit: u64,
+        /// Window length.
+        window_us: u64,
+    },
+    /// Generic cell rate algorithm: one timestamp per key.
+    Gcra {
+        /// Sustained units per second.
+        rate_per_second: f64,
+        /// Units that may arrive at once.
+        burst: u64,
+    },
+    /// A queue that drains at `rate_per_second`. With `max_delay_us == 0` it
+    /// polices (rejects when full); otherwise it shapes: a request waits for
+    /// the queue ahead of it, up to `max_delay_us`, instead of being rejected.
+    LeakyBucket {
+        /// Units drained per second.
+        rate_per_second: f64,
+        /// Units the queue holds.
+        capacity: u64,
+        /// Longest wait a shaped request may be given; 0 polices.
+        max_delay_us: u64,
+    },
+}
+
+/// What an algorithm remembers for one key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum State {
+    /// Token bucket: tokens left at `last_us`.
+    Tokens {
+        /// Tokens in the bucket (fractional).
+        tokens: f64,
+        /// When `tokens` was computed.
+        last_us: Micros,
+    },
+    /// Fixed and sliding window counters.
+    Window {
+        /// Start of the current window (a multiple of the window length).
+        start_us: Micros,
+        /// Units admitted in the current window.
+        count: u64,
+        /// Units admitted in the previous window (sliding counter only).
+        prev: u64,
+    },
+    /// Sliding log: admission times, oldest first, one per unit.
+    Log(VecDeque<Micros>),
+    /// GCRA's theoretical arrival time, or when a leaky bucket's queue drains.
+    Tat(Micros),
+}
+
+/// The answer of one limit for one request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Verdict {
+    /// Whether this limit admits the request.
+    pub allowed: bool,
+    /// Units left after this decision (charged if allowed). Headers show the floor.
+    pub remaining: f64,
+    /// Time until the quota is fully back (the `t` of the `RateLimit` header).
+    pub reset_after_us: u64,
+    /// When blocked: the earliest time from now at which the same request
+    /// would pass. Zero when allowed.
+    pub retry_after_us: u64,
+    /// Leaky bucket shaping: how long the admitted request must wait.
+    pub delay_us: u64,
+}
+
+/// The result of applying an algorithm: the verdict and what to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// The answer.
+    pub verdict: Verdict,
+    /// The new state, to be written only if the whole request is admitted.
+    /// `None` when this limit blocks (a blocked request writes nothing).
+    pub state: Option<State>,
+    /// How long the written state must live; past it, a fresh key decides
+    /// exactly the same.
+    pub ttl_us: u64,
+}
+
+impl Algorithm {
+    /// Applies the algorithm to `state` (`None` for a fresh or expired key)
+    /// for a request of `cost` units at `now`. A `cost` of zero peeks.
+    pub fn decide(&self, state: Option<&State>, now: Micros, cost: u64) -> Step {
+        match *self {
+            Algorithm::TokenBucket {
+                capacity,
+                refill_per_second,
+            } => token_bucket::decide(capacity, refill_per_second, state, now, cost),
+            Algorithm::SlidingWindow { limit, window_us } => {
+                sliding_window::decide(limit, window_us, state, now, cost)
+            }
+            Algorithm::SlidingLog { limit, window_us } => {
+                sliding_log::decide(limit, window_us, state, now, cost)
+            }
+            Algorithm::FixedWindow { limit, window_us } => {
+                fixed_window::decide(limit, window_us, state, now, cost)
+            }
+            Algorithm::Gcra {
+                rate_per_second,
+                burst,
+            } => gcra::decide(interval_us(rate_per_second), burst, 0, state, now, cost),
+            Algorithm::LeakyBucket {
+                rate_per_second,
+                capacity,
+                max_delay_us,
+            } => leaky_bucket::decide(
+                interval_us(rate_per_second),
+                capacity,
+                max_delay_us,
+                state,
+                now,
+                cost,
+            ),
+        }
+    }
+
+    /// The config name of the algorithm (`token_bucket`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket { .. } => "token_bucket",
+            Algorithm::SlidingWindow { .. } => "sliding_window",
+            Algorithm::SlidingLog { .. } => "sliding_log",
+            Algorithm::FixedWindow { .. } => "fixed_window",
+            Algorithm::Gcra { .. } => "gcra",
+            Algorithm::LeakyBucket { .. } => "leaky_bucket",
+        }
+    }
+
+    /// The quota `q` of the `RateLimit-Policy` header: units per window.
+    pub fn quota(&self) -> u64 {
+        match *self {
+            Algorithm::TokenBucket { capacity, .. } => capacity,
+            Algorithm::SlidingWindow { limit, .. }
+            | Algorithm::SlidingLog { limit, .. }
+            | Algorithm::FixedWindow { limit, .. } => limit,
+            Algorithm::Gcra { burst, .. } => burst,
+            Algorithm::LeakyBucket { capacity, .. } => capacity,
+        }
+    }
+
+    /// The window `w` of the `RateLimit-Policy` header, in whole seconds: the
+    /// window, or the time a bucket takes to refill from empty.
+    pub fn window_secs(&self) -> u64 {
+        let us = match *self {
+            Algorithm::TokenBucket {
+                capacity,
+                refill_per_second,
+            } => (capacity as f64 / refill_per_second * MICROS_PER_SEC as f64).ceil() as u64,
+            Algorithm::SlidingWindow { window_us, .. }
+            | Algorithm::SlidingLog { window_us, .. }
+            | Algorithm::FixedWindow { window_us, .. } => window_us,
+            Algorithm::Gcra {
+                rate_per_second,
+                burst,
+            } => burst * interval_us(rate_per_second),
+            Algorithm::LeakyBucket {
+                rate_per_second,
+                capacity,
+                ..
+            } => capacity * interval_us(rate_per_second),
+        };
+        us.div_ceil(MICROS_PER_SEC).max(1)
+    }
+
+    /// The same algorithm with every quota and rate multiplied by `factor`
+    /// (0 < factor <= 1): a region's partition, a sub-identity's share or a
+    /// local fallback's cap. Quotas are floored but never drop below 1.
+    pub fn scaled(&self, factor: f64) -> Algorithm {
+        let q = |n: u64| ((n as f64 * factor).floor() as u64).max(1);
+        match *self {
+            Algorithm::TokenBucket {
+                capacity,
+                refill_per_second,
+            } => Algorithm::TokenBucket {
+                capacity: q(capacity),
+                refill_per_second: refill_per_second * factor,
+            },
+            Algorithm::SlidingWindow { limit, window_us } => Algorithm::SlidingWindow {
+                limit: q(limit),
+                window_us,
+            },
+            Algorithm::SlidingLog { limit, window_us } => Algorithm::SlidingLog {
+                limit: q(limit),
+                window_us,
+            },
+            Algorithm::FixedWindow { limit, window_us } => Algorithm::FixedWindow {
+                limit: q(limit),
+                window_us,
+            },
+            Algorithm::Gcra {
+                rate_per_second,
+                burst,
+            } => Algorithm::Gcra {
+                rate_per_second: rate_per_second * factor,
+                burst: q(burst),
+            },
+            Algorithm::LeakyBucket {
+                rate_per_second,
+                capacity,
+                max_delay_us,
+            } => Algorithm::LeakyBucket {
+                rate_per_second: rate_per_second * factor,
+                capacity: q(capacity),
+                max_delay_us,
+            },
+        }
+    }
+
+    /// Checks the parameters; the message says what would be valid.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive_rate = |r: f64, field: &str| {
+            if r.is_finite() && r > 0.0 && r <= 1e6 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "`{field}` must be a number above 0 and at most 1000000, got {r}"
+                ))
+            }
+        };
+        let positive = |n: u64, field: &str| {
+            if n > 0 {
+                Ok(())
+            } else {
+                Err(format!("`{field}` must be at least 1, got 0"))
+            }
+        };
+        let window = |w: u64| {
+            if w >= 1_000 {
+                Ok(())
+            } else {
+                Err("`window` must be at least 1ms (for example \"60s\", \"1h\", \"1d\")".into())
+            }
+        };
+        match *self {
+            Algorithm::TokenBucket {
+                capacity,
+                refill_per_second,
+            } => {
+                positive(capacity, "capacity")?;
+                positive_rate(refill_per_second, "refill_per_second")
+            }
+            Algorithm::SlidingWindow { limit, window_us }
+            | Algorithm::SlidingLog { limit, window_us }
+            | Algorithm::FixedWindow { limit, window_us } => {
+                positive(limit, "limit")?;
+                window(window_us)
+            }
+            Algorithm::Gcra {
+                rate_per_second,
+                burst,
+            } => {
+                positive(burst, "burst")?;
+                positive_rate(rate_per_second, "rate_per_second")
+            }
+            Algorithm::LeakyBucket {
+                rate_per_second,
+                capacity,
+                ..
+            } => {
+                positive(capacity, "capacity")?;
+                positive_rate(rate_per_second, "rate_per_second")
+            }
+        }
+    }
+
+    /// The largest cost a single request may have: a request costing more
+    /// could never pass, so the config is rejected instead.
+    pub fn max_cost(&self) -> u64 {
+        self.quota()
+    }
+}
+
+/// Microseconds between two units at `rate_per_second`, rounded up so that
+/// rounding never admits more than the configured rate.
+pub fn interval_us(rate_per_second: f64) -> u64 {
+    ((MICROS_PER_SEC as f64 / rate_per_second).ceil() as u64).max(1)
+}
+
+fn ceil_us(x: f64) -> u64 {
+    if x <= 0.0 { 0 } else { x.ceil() as u64 }
+}

@@ -1,0 +1,57 @@
+//! Sliding window log: the exact count of units admitted in the last
+//! `window`, one timestamp per unit (a sorted set in Redis). Memory grows with
+//! the limit, so keep it for small limits where exactness matters.
+
+use std::collections::VecDeque;
+
+use super::{Step, Verdict};
+use crate::algorithm::State;
+use crate::clock::Micros;
+
+pub(super) fn decide(
+    limit: u64,
+    window: u64,
+    state: Option<&State>,
+    now: Micros,
+    cost: u64,
+) -> Step {
+    let horizon = now.saturating_sub(window);
+    let mut log: VecDeque<Micros> = match state {
+        Some(State::Log(log)) => log.iter().copied().filter(|&t| t > horizon).collect(),
+        _ => VecDeque::new(),
+    };
+    let count = log.len() as u64;
+    if count + cost <= limit {
+        log.extend(std::iter::repeat_n(now, cost as usize));
+        let oldest = log.front().copied().unwrap_or(now);
+        let reset = if log.is_empty() { 0 } else { oldest + window - now };
+        Step {
+            verdict: Verdict {
+                allowed: true,
+                remaining: (limit - count - cost) as f64,
+                reset_after_us: reset,
+                retry_after_us: 0,
+                delay_us: 0,
+            },
+            state: Some(State::Log(log)),
+            ttl_us: window,
+        }
+    } else {
+        // The request passes once `count + cost - limit` of the oldest
+        // entries have left the window.
+        let must_expire = (count + cost - limit) as usize;
+        let retry = log[must_expire - 1] + window - now;
+        let reset = log.back().map_or(0, |&t| t + window - now);
+        Step {
+            verdict: Verdict {
+                allowed: false,
+                remaining: limit.saturating_sub(count) as f64,
+                reset_after_us: reset,
+                retry_after_us: retry.max(1),
+                delay_us: 0,
+            },
+            state: None,
+            ttl_us: window,
+        }
+    }
+}

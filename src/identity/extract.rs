@@ -1,0 +1,245 @@
+//! Extracting an identity from request headers and the peer address.
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::ConnectInfo;
+use http::{Extensions, HeaderMap, header};
+
+use super::{Identity, IdentityKind};
+use crate::policy::{AnonymousMode, IdentitySettings, settings_ip_in};
+
+/// Why a request has no usable identity. Each maps to a clear response:
+/// 400 for a malformed or oversized value, 401 when keys are required.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum IdentityError {
+    /// A header that identifies callers is malformed or too long.
+    #[error("malformed {header}: {reason}")]
+    Malformed {
+        /// The header at fault.
+        header: &'static str,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// No key, and anonymous callers are rejected.
+    #[error("an API key is required")]
+    Missing,
+}
+
+impl IdentityError {
+    /// The HTTP status this error is answered with.
+    pub fn status(&self) -> http::StatusCode {
+        match self {
+            IdentityError::Malformed { .. } => http::StatusCode::BAD_REQUEST,
+            IdentityError::Missing => http::StatusCode::UNAUTHORIZED,
+        }
+    }
+}
+
+/// Turns a request into an identity. It sees the headers and the
+/// extensions (where `ConnectInfo<SocketAddr>` carries the peer address).
+pub trait KeyExtractor: Send + Sync + 'static {
+    /// The caller of a request, or why it has none.
+    fn extract(&self, headers: &HeaderMap, extensions: &Extensions) -> Result<Identity, IdentityError>;
+}
+
+/// The default extractor: the API key header, then `Authorization: Bearer`,
+/// then the client IP (`X-Forwarded-For` only from trusted proxies).
+#[derive(Debug, Clone)]
+pub struct HeaderExtractor {
+    settings: IdentitySettings,
+    api_key_header: http::HeaderName,
+}
+
+impl HeaderExtractor {
+    /// An extractor following `settings`.
+    pub fn new(settings: IdentitySettings) -> Self {
+        let api_key_header = http::HeaderName::from_bytes(settings.api_key_header.as_bytes())
+            .unwrap_or_else(|_| http::HeaderName::from_static("x-api-key"));
+        Self {
+            settings,
+            api_key_header,
+        }
+    }
+
+    /// The caller of a request with `headers` from `peer`.
+    pub fn identify(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<IpAddr>,
+    ) -> Result<Identity, IdentityError> {
+        let ip = self.client_ip(headers, peer)?;
+        if let Some(value) = headers.get(&self.api_key_header) {
+            let key = self.token_chars(value.as_bytes(), "api key header")?;
+            return Ok(Identity::new(IdentityKind::ApiKey, key).with_ip(ip));
+        }
+        if self.settings.bearer {
+            if let Some(value) = headers.get(header::AUTHORIZATION) {
+                if let Some(token) = bearer_token(value.as_bytes()) {
+                    let token = self.token_chars(token, "authorization")?;
+                    return Ok(Identity::new(IdentityKind::Bearer, token).with_ip(ip));
+                }
+            }
+        }
+        match self.settings.anonymous {
+            AnonymousMode::Reject => Err(IdentityError::Missing),
+            AnonymousMode::Ip => Ok(Identity::from_ip(ip)),
+        }
+    }
+
+    fn token_chars<'a>(&self, v: &'a [u8], header: &'static str) -> Result<&'a str, IdentityError> {
+        let bad = |reason| IdentityError::Malformed { header, reason };
+        if v.is_empty() {
+            return Err(bad("empty value"));
+        }
+        if v.len() > self.settings.max_key_len {
+            return Err(bad("value too long"));
+        }
+        if !v.iter().all(|b| b.is_ascii_graphic()) {
+            return Err(bad("only visible ASCII characters are allowed"));
+        }
+        std::str::from_utf8(v).map_err(|_| bad("not ASCII"))
+    }
+
+    /// The client IP: the peer, or, when the peer is a trusted proxy, the
+    /// rightmost `X-Forwarded-For` hop that is not itself a trusted proxy.
+    fn client_ip(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<IpAddr>,
+    ) -> Result<Option<IpAddr>, IdentityError> {
+        let Some(peer) = peer else { return Ok(None) };
+        let trusted = &self.settings.trusted_proxies;
+        if !settings_ip_in(trusted, peer) {
+            return Ok(Some(peer));
+        }
+        let mut client = peer;
+        let bad = |reason| IdentityError::Malformed {
+            header: "x-forwarded-for",
+            reason,
+        };
+        let mut total = 0;
+        for value in headers.get_all("x-forwarded-for").iter().rev() {
+            total += value.len();
+            if total > 4096 {
+                return Err(bad("value too long"));
+            }
+            let s = value.to_str().map_err(|_| bad("not ASCII"))?;
+            for hop in s.rsplit(',') {
+                let hop = hop.trim();
+                let ip = parse_hop(hop).ok_or(bad("not a list of IP addresses"))?;
+                client = ip;
+                if !settings_ip_in(trusted, ip) {
+                    return Ok(Some(client));
+                }
+            }
+        }
+        Ok(Some(client))
+    }
+}
+
+fn parse_hop(hop: &str) -> Option<IpAddr> {
+    hop.parse::<IpAddr>()
+        .ok()
+        .or_else(|| hop.parse::<SocketAddr>().ok().map(|s| s.ip()))
+}
+
+/// The token of an `Authorization: Bearer <token>` value; `None` for other
+/// schemes (a Basic credential is not a rate-limit identity).
+fn bearer_token(v: &[u8]) -> Option<&[u8]> {
+    let scheme = b"bearer";
+    if v.len() < scheme.len() || !v[..scheme.len()].eq_ignore_ascii_case(scheme) {
+        return None;
+    }
+    let rest = &v[scheme.len()..];
+    match rest.first() {
+        None => Some(rest),
+        Some(b' ') => Some(rest.trim_ascii()),
+        Some(_) => None,
+    }
+}
+
+impl KeyExtractor for HeaderExtractor {
+    fn extract(&self, headers: &HeaderMap, extensions: &Extensions) -> Result<Identity, IdentityError> {
+        let peer = extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+        self.identify(headers, peer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn ex() -> HeaderExtractor {
+        HeaderExtractor::new(IdentitySettings::default())
+    }
+
+    fn headers(pairs: &[(&str, &[u8])]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_bytes(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn api_key_wins_over_bearer_and_ip() {
+        let h = headers(&[("x-api-key", b"free_k1"), ("authorization", b"Bearer t")]);
+        let id = ex().identify(&h, Some("10.0.0.1".parse().unwrap())).unwrap();
+        assert_eq!(id.kind(), IdentityKind::ApiKey);
+        assert_eq!(id.raw(), "free_k1");
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive_and_basic_is_ignored() {
+        let id = ex().identify(&headers(&[("authorization", b"bEaReR tok")]), None).unwrap();
+        assert_eq!((id.kind(), id.raw()), (IdentityKind::Bearer, "tok"));
+        let id = ex().identify(&headers(&[("authorization", b"Basic abc")]), None).unwrap();
+        assert!(id.is_anonymous());
+    }
+
+    #[test]
+    fn oversized_and_malformed_values_are_errors_not_panics() {
+        let long = vec![b'a'; 10_000];
+        for h in [
+            headers(&[("x-api-key", &long)]),
+            headers(&[("x-api-key", b"")]),
+            headers(&[("x-api-key", b"has space")]),
+            headers(&[("x-api-key", b"caf\xc3\xa9")]),
+            headers(&[("authorization", b"Bearer")]),
+        ] {
+            let err = ex().identify(&h, None).unwrap_err();
+            assert_eq!(err.status(), http::StatusCode::BAD_REQUEST, "{h:?}");
+        }
+    }
+
+    #[test]
+    fn forwarded_for_is_honoured_only_from_trusted_proxies() {
+        let h = headers(&[("x-forwarded-for", b"203.0.113.9, 127.0.0.1")]);
+        let via_proxy = ex().identify(&h, Some("127.0.0.1".parse().unwrap())).unwrap();
+        assert_eq!(via_proxy.ip, Some("203.0.113.9".parse().unwrap()));
+        let direct = ex().identify(&h, Some("198.51.100.7".parse().unwrap())).unwrap();
+        assert_eq!(direct.ip, Some("198.51.100.7".parse().unwrap()));
+    }
+
+    #[test]
+    fn garbage_forwarded_for_from_a_trusted_proxy_is_a_400() {
+        let h = headers(&[("x-forwarded-for", b"not-an-ip")]);
+        let err = ex().identify(&h, Some("127.0.0.1".parse().unwrap())).unwrap_err();
+        assert_eq!(err.status(), http::StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn anonymous_reject_mode_answers_401() {
+        let settings = IdentitySettings {
+            anonymous: AnonymousMode::Reject,
+            ..Default::default()
+        };
+        let err = HeaderExtractor::new(settings).identify(&HeaderMap::new(), None).unwrap_err();
+        assert_eq!(err.status(), http::StatusCode::UNAUTHORIZED);
+    }
+}

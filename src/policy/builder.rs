@@ -1,0 +1,278 @@
+//! Building a policy in code, and the validation every policy passes,
+//! whether it came from a file or from the builder.
+
+use std::collections::HashSet;
+
+use super::{
+    ConfigError, DashboardSettings, IdentitySettings, Limit, Policy, ResilienceSettings,
+    RouteRule, StoreSettings, TelemetrySettings, Tier,
+};
+
+/// Builds a [`Policy`]; [`PolicyBuilder::build`] validates it.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyBuilder {
+    store: StoreSettings,
+    resilience: ResilienceSettings,
+    identity: IdentitySettings,
+    telemetry: TelemetrySettings,
+    dashboard: DashboardSettings,
+    tiers: Vec<Tier>,
+    routes: Vec<RouteRule>,
+    partition: Option<f64>,
+}
+
+impl PolicyBuilder {
+    /// Adds a tier.
+    pub fn tier(mut self, tier: Tier) -> Self {
+        self.tiers.push(tier);
+        self
+    }
+
+    /// Adds a route rule (first match wins).
+    pub fn route(mut self, route: RouteRule) -> Self {
+        self.routes.push(route);
+        self
+    }
+
+    /// Sets the store settings.
+    pub fn store(mut self, store: StoreSettings) -> Self {
+        self.store = store;
+        self
+    }
+
+    /// Sets the resilience settings.
+    pub fn resilience(mut self, resilience: ResilienceSettings) -> Self {
+        self.resilience = resilience;
+        self
+    }
+
+    /// Sets the identity settings.
+    pub fn identity(mut self, identity: IdentitySettings) -> Self {
+        self.identity = identity;
+        self
+    }
+
+    /// Sets the telemetry settings.
+    pub fn telemetry(mut self, telemetry: TelemetrySettings) -> Self {
+        self.telemetry = telemetry;
+        self
+    }
+
+    /// Sets the dashboard settings.
+    pub fn dashboard(mut self, dashboard: DashboardSettings) -> Self {
+        self.dashboard = dashboard;
+        self
+    }
+
+    /// Enforces only `fraction` of every quota (0 < fraction <= 1).
+    pub fn partition(mut self, fraction: f64) -> Self {
+        self.partition = Some(fraction);
+        self
+    }
+
+    /// Validates and scales the policy.
+    pub fn build(self) -> Result<Policy, ConfigError> {
+        let partition = self.partition.unwrap_or(1.0);
+        let mut policy = Policy {
+            store: self.store,
+            resilience: self.resilience,
+            identity: self.identity,
+            telemetry: self.telemetry,
+            dashboard: self.dashboard,
+            tiers: self.tiers,
+            routes: self.routes,
+            partition,
+        };
+        validate(&policy).map_err(|(field, message)| ConfigError::Invalid {
+            file: None,
+            line: None,
+            field,
+            message,
+        })?;
+        if partition < 1.0 {
+            let scale = |l: &mut Limit| l.algorithm = l.algorithm.scaled(partition);
+            policy
+                .tiers
+                .iter_mut()
+                .flat_map(|t| t.limits.iter_mut())
+                .for_each(scale);
+            policy
+                .routes
+                .iter_mut()
+                .flat_map(|r| r.limits.iter_mut())
+                .for_each(scale);
+        }
+        Ok(policy)
+    }
+}
+
+/// Checks a policy; on failure returns the field's path (as in the TOML:
+/// `tiers[0].limits[1].capacity`) and what would be valid.
+pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
+    if !(p.partition > 0.0 && p.partition <= 1.0) {
+        return Err((
+            "partition".into(),
+            format!("must be above 0 and at most 1, got {}", p.partition),
+        ));
+    }
+    if p.store.timeout.is_zero() {
+        return Err(("store.timeout_ms".into(), "must be at least 1".into()));
+    }
+    if p.store.key_prefix.is_empty() || p.store.key_prefix.contains(['{', '}', ' ']) {
+        return Err((
+            "store.key_prefix".into(),
+            "must be non-empty, without braces or spaces".into(),
+        ));
+    }
+    if p.resilience.expected_instances == 0 {
+        return Err((
+            "resilience.expected_instances".into(),
+            "must be at least 1".into(),
+        ));
+    }
+    if p.resilience.breaker.failures == 0 {
+        return Err((
+            "resilience.breaker.failures".into(),
+            "must be at least 1".into(),
+        ));
+    }
+    let ratio = p.resilience.breaker.failure_ratio;
+    if !(ratio > 0.0 && ratio <= 1.0) {
+        return Err((
+            "resilience.breaker.failure_ratio".into(),
+            format!("must be above 0 and at most 1, got {ratio}"),
+        ));
+    }
+    if p.identity.api_key_header.is_empty()
+        || http::HeaderName::from_bytes(p.identity.api_key_header.as_bytes()).is_err()
+    {
+        return Err((
+            "identity.api_key_header".into(),
+            "must be a valid HTTP header name such as \"x-api-key\"".into(),
+        ));
+    }
+    if p.telemetry.top_keys == 0 || p.telemetry.top_keys > 10_000 {
+        return Err((
+            "telemetry.top_keys".into(),
+            "must be between 1 and 10000".into(),
+        ));
+    }
+    if p.telemetry.flush_interval.as_millis() < 10 {
+        return Err((
+            "telemetry.flush_interval_ms".into(),
+            "must be at least 10".into(),
+        ));
+    }
+    let mut names = HashSet::new();
+    for (ti, tier) in p.tiers.iter().enumerate() {
+        let at = format!("tiers[{ti}]");
+        if tier.name.is_empty() || !tier.name.chars().all(label_char) {
+            return Err((
+                format!("{at}.name"),
+                "must be non-empty letters, digits, '_' or '-'".into(),
+            ));
+        }
+        if !names.insert(tier.name.as_str()) {
+            return Err((
+                format!("{at}.name"),
+                format!("duplicate tier name \"{}\"; tier names must be unique", tier.name),
+            ));
+        }
+        if tier.split == 0 || tier.split > 64 {
+            return Err((format!("{at}.split"), "must be between 1 and 64".into()));
+        }
+        check_limits(&tier.limits, &format!("{at}.limits"), 1)?;
+    }
+    for required in [&p.identity.default_tier, &p.identity.anonymous_tier] {
+        if !p.tiers.is_empty() && !names.contains(required.as_str()) {
+            let field = if required == &p.identity.default_tier {
+                "identity.default_tier"
+            } else {
+                "identity.anonymous_tier"
+            };
+            return Err((
+                field.into(),
+                format!(
+                    "names tier \"{required}\", which is not defined; defined tiers: {}",
+                    p.tiers.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+    }
+    for (ri, route) in p.routes.iter().enumerate() {
+        let at = format!("routes[{ri}]");
+        if !route.path.starts_with('/') {
+            return Err((format!("{at}.path"), "must start with '/'".into()));
+        }
+        if route.cost == 0 {
+            return Err((format!("{at}.cost"), "must be at least 1".into()));
+        }
+        check_limits(&route.limits, &format!("{at}.limits"), route.cost)?;
+        for (ti, tier) in p.tiers.iter().enumerate() {
+            for (li, limit) in tier.limits.iter().enumerate() {
+                if route.cost > limit.algorithm.max_cost() && !route.exempt {
+                    return Err((
+                        format!("{at}.cost"),
+                        format!(
+                            "cost {} exceeds tiers[{ti}].limits[{li}] (\"{}\" of tier \"{}\", at most {} per request), so the request could never pass",
+                            route.cost,
+                            limit.name,
+                            tier.name,
+                            limit.algorithm.max_cost()
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_limits(limits: &[Limit], at: &str, cost: u64) -> Result<(), (String, String)> {
+    let mut names = HashSet::new();
+    for (li, limit) in limits.iter().enumerate() {
+        let at = format!("{at}[{li}]");
+        if limit.name.is_empty() || !limit.name.chars().all(label_char) {
+            return Err((
+                format!("{at}.name"),
+                "must be non-empty letters, digits, '_' or '-'".into(),
+            ));
+        }
+        if !names.insert(limit.name.as_str()) {
+            return Err((
+                format!("{at}.name"),
+                format!("duplicate limit name \"{}\"; limit names must be unique within a tier", limit.name),
+            ));
+        }
+        limit.algorithm.validate().map_err(|m| {
+            let field = m
+                .split('`')
+                .nth(1)
+                .map_or_else(|| at.clone(), |f| format!("{at}.{f}"));
+            (field, m)
+        })?;
+        if cost > limit.algorithm.max_cost() {
+            return Err((
+                format!("{at}.{}", quota_field(limit)),
+                format!(
+                    "is {}, below the route's cost {cost}, so the request could never pass",
+                    limit.algorithm.max_cost()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn quota_field(limit: &Limit) -> &'static str {
+    use crate::algorithm::Algorithm::*;
+    match limit.algorithm {
+        TokenBucket { .. } | LeakyBucket { .. } => "capacity",
+        Gcra { .. } => "burst",
+        _ => "limit",
+    }
+}
+
+fn label_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}

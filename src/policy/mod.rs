@@ -1,0 +1,81 @@
+//! The policy: tiers of limits, route rules, and the settings of every part.
+//!
+//! A [`Policy`] comes from a TOML file ([`Policy::from_toml_file`], whose
+//! errors name the file, line and field) or from code:
+//!
+//! ```
+//! use ratewatch::policy::{Limit, Policy, RouteRule, Tier};
+//! let policy = Policy::builder()
+//!     .tier(Tier::new("free").match_prefix("free_").limit(Limit::token_bucket("burst", 10, 0.33)))
+//!     .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
+//!     .route(RouteRule::new("POST", "/api/export").with_cost(5))
+//!     .build()
+//!     .unwrap();
+//! assert_eq!(policy.tiers.len(), 2);
+//! ```
+
+mod builder;
+mod config;
+mod limit;
+mod route;
+mod settings;
+mod tier;
+
+pub use builder::PolicyBuilder;
+pub use config::{ConfigError, parse_duration};
+pub use limit::{Limit, Scope};
+pub use route::{RouteRule, path_matches};
+pub use settings::{
+    AnonymousMode, BreakerSettings, DashboardSettings, FailurePolicy, IdentitySettings,
+    IpNet, KeyDisplay, ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings,
+    ip_in as settings_ip_in,
+};
+pub use tier::Tier;
+
+/// A complete, validated policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// Where counters live.
+    pub store: StoreSettings,
+    /// Timeout, breaker and failure policy.
+    pub resilience: ResilienceSettings,
+    /// How callers are identified and tiered.
+    pub identity: IdentitySettings,
+    /// Metrics and the fleet view.
+    pub telemetry: TelemetrySettings,
+    /// The built-in dashboard.
+    pub dashboard: DashboardSettings,
+    /// Tiers, in the order prefixes are tried.
+    pub tiers: Vec<Tier>,
+    /// Route rules, first match wins.
+    pub routes: Vec<RouteRule>,
+    /// Share of every quota this deployment enforces (a region's share);
+    /// 1.0 by default. Already applied to `tiers` and `routes`.
+    pub partition: f64,
+}
+
+impl Policy {
+    /// Starts a policy in code.
+    pub fn builder() -> PolicyBuilder {
+        PolicyBuilder::default()
+    }
+
+    /// The tier named `name`.
+    pub fn tier(&self, name: &str) -> Option<&Tier> {
+        self.tiers.iter().find(|t| t.name == name)
+    }
+
+    /// The first route rule matching a request.
+    pub fn route_for(&self, method: &str, path: &str) -> Option<&RouteRule> {
+        self.routes.iter().find(|r| r.matches(method, path))
+    }
+
+    /// The tier for an API key or token: the first tier whose prefix it
+    /// starts with, else the default tier.
+    pub fn tier_for_key(&self, key: &str) -> &str {
+        self.tiers
+            .iter()
+            .find(|t| t.match_prefix.as_deref().is_some_and(|p| key.starts_with(p)))
+            .map_or(self.identity.default_tier.as_str(), |t| t.name.as_str())
+    }
+}

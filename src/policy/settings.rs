@@ -1,0 +1,213 @@
+//! The settings sections of the config: store, resilience, identity,
+//! telemetry, dashboard. Defaults are those of the embedded memory store.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// Which store decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoreKind {
+    /// In-process (the embedded default): one instance is the fleet.
+    #[default]
+    Memory,
+    /// One Redis node.
+    Redis,
+    /// A Redis Cluster.
+    RedisCluster,
+}
+
+/// `[store]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreSettings {
+    /// Which store.
+    pub kind: StoreKind,
+    /// Redis URL (`redis` kind).
+    pub url: Option<String>,
+    /// Cluster seed nodes (`redis-cluster` kind).
+    pub nodes: Vec<String>,
+    /// Budget of one decision; past it the failure policy answers.
+    pub timeout: Duration,
+    /// Prefix of every Redis key.
+    pub key_prefix: String,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        Self {
+            kind: StoreKind::Memory,
+            url: None,
+            nodes: Vec::new(),
+            timeout: Duration::from_millis(50),
+            key_prefix: "rw".into(),
+        }
+    }
+}
+
+/// What to do when the store cannot decide (timeout, error, breaker open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailurePolicy {
+    /// Allow, recorded as `fallback_allowed`.
+    #[default]
+    Open,
+    /// Answer 503 with `Retry-After`, recorded as `fallback_blocked`.
+    Closed,
+    /// Decide in process with every quota divided by `expected_instances`.
+    Local,
+}
+
+impl FailurePolicy {
+    /// The config spelling (also the `policy` label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailurePolicy::Open => "open",
+            FailurePolicy::Closed => "closed",
+            FailurePolicy::Local => "local",
+        }
+    }
+}
+
+/// `[resilience].breaker`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BreakerSettings {
+    /// Consecutive failures that open the breaker.
+    pub failures: u32,
+    /// Failure ratio over the last `window` calls that opens it (1.0 = off).
+    pub failure_ratio: f64,
+    /// Calls the ratio is computed over.
+    pub window: u32,
+    /// How long it stays open before a half-open probe.
+    pub open: Duration,
+}
+
+impl Default for BreakerSettings {
+    fn default() -> Self {
+        Self {
+            failures: 5,
+            failure_ratio: 1.0,
+            window: 20,
+            open: Duration::from_millis(2000),
+        }
+    }
+}
+
+/// `[resilience]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResilienceSettings {
+    /// Default failure policy of routes.
+    pub on_store_failure: FailurePolicy,
+    /// Circuit breaker per shard.
+    pub breaker: BreakerSettings,
+    /// Instances sharing the quota; the local fallback allows 1/N of it.
+    pub expected_instances: u32,
+}
+
+impl Default for ResilienceSettings {
+    fn default() -> Self {
+        Self {
+            on_store_failure: FailurePolicy::Open,
+            breaker: BreakerSettings::default(),
+            expected_instances: 3,
+        }
+    }
+}
+
+/// What happens to requests without a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AnonymousMode {
+    /// Limited by client IP in the anonymous tier.
+    #[default]
+    Ip,
+    /// Answered 401.
+    Reject,
+}
+
+/// `[identity]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdentitySettings {
+    /// Header carrying the API key (lower case).
+    pub api_key_header: String,
+    /// Whether `Authorization: Bearer <token>` identifies a caller.
+    pub bearer: bool,
+    /// Requests without a key.
+    pub anonymous: AnonymousMode,
+    /// Tier of requests without a key.
+    pub anonymous_tier: String,
+    /// Tier of keys that match no prefix.
+    pub default_tier: String,
+    /// Peers whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: Vec<IpNet>,
+    /// Longest key or token accepted; longer gets 400.
+    pub max_key_len: usize,
+}
+
+impl Default for IdentitySettings {
+    fn default() -> Self {
+        Self {
+            api_key_header: "x-api-key".into(),
+            bearer: true,
+            anonymous: AnonymousMode::Ip,
+            anonymous_tier: "anonymous".into(),
+            default_tier: "free".into(),
+            trusted_proxies: vec!["127.0.0.1/32".parse().expect("valid CIDR")],
+            max_key_len: 256,
+        }
+    }
+}
+
+pub use ipnet::IpNet;
+
+/// Whether `ip` lies in one of `nets`.
+pub fn ip_in(nets: &[IpNet], ip: IpAddr) -> bool {
+    nets.iter().any(|n| n.contains(&ip))
+}
+
+/// How identities are shown on the dashboard and in the fleet view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyDisplay {
+    /// A short prefix and a hash suffix: `free_tk…9f3a`.
+    #[default]
+    Masked,
+    /// The identity hash only.
+    Hashed,
+    /// The raw key (only if you accept raw keys in Redis and on screen).
+    Raw,
+}
+
+/// `[telemetry]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetrySettings {
+    /// How often aggregated events are flushed to the fleet view.
+    pub flush_interval: Duration,
+    /// Size of the top blocked keys list.
+    pub top_keys: usize,
+    /// How identities are shown.
+    pub key_display: KeyDisplay,
+}
+
+impl Default for TelemetrySettings {
+    fn default() -> Self {
+        Self {
+            flush_interval: Duration::from_millis(1000),
+            top_keys: 100,
+            key_display: KeyDisplay::Masked,
+        }
+    }
+}
+
+/// `[dashboard]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DashboardSettings {
+    /// Whether `/dashboard` is served.
+    pub enabled: bool,
+    /// If set, the dashboard requires `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+}
+
+impl Default for DashboardSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            token: None,
+        }
+    }
+}

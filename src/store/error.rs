@@ -1,0 +1,37 @@
+//! Store errors, classified so the resilience layer can choose a fallback.
+
+/// Why a store could not decide.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No answer within the decision budget. The call may have been applied,
+    /// so it is never retried.
+    #[error("store timed out")]
+    Timeout,
+    /// The connection failed or was refused.
+    #[error("store unreachable: {0}")]
+    Unavailable(String),
+    /// The store answered with an error (script error, cluster down, ...).
+    #[error("store error: {0}")]
+    Command(String),
+    /// The answer did not have the expected shape.
+    #[error("unexpected store reply: {0}")]
+    Protocol(String),
+}
+
+impl StoreError {
+    /// Whether the same call may succeed later (everything but a protocol bug).
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, StoreError::Protocol(_))
+    }
+
+    /// Whether the error is a timeout.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, StoreError::Timeout)
+    }
+
+    /// The `reason` label: `timeout` or `error`.
+    pub fn reason(&self) -> &'static str {
+        if self.is_timeout() { "timeout" } else { "error" }
+    }
+}

@@ -1,0 +1,156 @@
+//! Stores: where counters live and where a request's limits are decided,
+//! together and atomically, in one call.
+//!
+//! - [`MemoryStore`]: in process, sharded, TTL-evicted (the embedded default).
+//! - `RedisStore` / `ClusterStore` (feature `redis-store`): one EVALSHA of
+//!   the `lua/` scripts per request, on the Redis clock.
+//!
+//! ```
+//! # tokio_test_block_on(async {
+//! use ratewatch::algorithm::Algorithm;
+//! use ratewatch::store::{Batch, Item, MemoryStore, Store};
+//! let store = MemoryStore::new();
+//! let items = [Item::new("rw:{free:abc}:burst", Algorithm::TokenBucket { capacity: 1, refill_per_second: 1.0 })];
+//! let first = store.decide(&Batch::consume(&items, 1)).await.unwrap();
+//! let second = store.decide(&Batch::consume(&items, 1)).await.unwrap();
+//! assert!(first.allowed && !second.allowed);
+//! # });
+//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+//! # }
+//! ```
+
+mod error;
+pub mod keys;
+mod memory;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use error::StoreError;
+pub use memory::MemoryStore;
+
+use crate::algorithm::{Algorithm, Verdict};
+use crate::clock::Micros;
+
+/// One limit to decide: its full key and its algorithm.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Item {
+    /// The store key (`{prefix}:{<tier>:<identity-hash>}:<limit>`).
+    pub key: String,
+    /// The algorithm with its (already scaled) parameters.
+    pub algorithm: Algorithm,
+    /// A shadow limit is decided and reported but never blocks.
+    pub shadow: bool,
+}
+
+impl Item {
+    /// An enforced limit on `key`.
+    pub fn new(key: impl Into<String>, algorithm: Algorithm) -> Self {
+        Self {
+            key: key.into(),
+            algorithm,
+            shadow: false,
+        }
+    }
+}
+
+/// All limits of one request, decided together.
+#[derive(Debug, Clone, Copy)]
+pub struct Batch<'a> {
+    /// The limits.
+    pub items: &'a [Item],
+    /// Units the request consumes from each limit.
+    pub cost: u64,
+    /// Report quota without consuming anything.
+    pub peek: bool,
+    /// Decide at this time instead of the store's clock (tests).
+    pub now: Option<Micros>,
+}
+
+impl<'a> Batch<'a> {
+    /// A request consuming `cost` from every limit.
+    pub fn consume(items: &'a [Item], cost: u64) -> Self {
+        Self {
+            items,
+            cost,
+            peek: false,
+            now: None,
+        }
+    }
+
+    /// A look at every limit that consumes nothing.
+    pub fn peek(items: &'a [Item]) -> Self {
+        Self {
+            items,
+            cost: 0,
+            peek: true,
+            now: None,
+        }
+    }
+
+    /// Decides at `now` rather than on the store's clock.
+    pub fn at(mut self, now: Micros) -> Self {
+        self.now = Some(now);
+        self
+    }
+
+    /// The cost each algorithm is asked about (0 when peeking).
+    pub fn effective_cost(&self) -> u64 {
+        if self.peek { 0 } else { self.cost }
+    }
+}
+
+/// A store's answer for a batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreDecision {
+    /// Whether every enforced limit admitted the request (then all were charged).
+    pub allowed: bool,
+    /// One verdict per item, in order. When the request was blocked, the
+    /// `remaining` of limits that would have admitted it is uncharged.
+    pub verdicts: Vec<Verdict>,
+    /// The node that decided: `memory` or a Redis `host:port`.
+    pub shard: Arc<str>,
+    /// The time the store reported deciding at.
+    pub now: Micros,
+    /// Round-trip time to Redis, if any.
+    pub rtt: Option<Duration>,
+}
+
+/// Where counters live. One call decides every limit of a request, all or
+/// nothing: either every enforced limit admits and all are charged, or
+/// nothing is written.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Decides (or, with [`Batch::peek`], reports) all limits of a request.
+    async fn decide(&self, batch: &Batch<'_>) -> Result<StoreDecision, StoreError>;
+
+    /// The shard that would decide `key` (for breakers and labels).
+    fn shard_for(&self, key: &str) -> Arc<str>;
+
+    /// `memory`, `redis` or `redis-cluster`.
+    fn kind(&self) -> &'static str;
+}
+
+/// Whether every enforced verdict admits.
+pub fn all_enforced_allow(items: &[Item], verdicts: &[Verdict]) -> bool {
+    items
+        .iter()
+        .zip(verdicts)
+        .all(|(item, v)| item.shadow || v.allowed)
+}
+
+/// Applies the all-or-nothing rule to the verdicts of a blocked request:
+/// limits that would have admitted it were not charged, so their remaining
+/// goes back up by the cost.
+pub fn uncharge(items: &[Item], verdicts: &mut [Verdict], cost: u64) {
+    for (item, v) in items.iter().zip(verdicts.iter_mut()) {
+        if v.allowed {
+            v.remaining += cost as f64;
+            let quota = item.algorithm.quota() as f64;
+            if v.remaining > quota {
+                v.remaining = quota;
+            }
+        }
+    }
+}

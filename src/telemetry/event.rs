@@ -1,0 +1,100 @@
+//! The decision event: all the hot path emits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What happened to one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The store admitted it.
+    Allowed,
+    /// The store blocked it (429).
+    Blocked,
+    /// The store could not decide; the failure policy let it through.
+    FallbackAllowed,
+    /// The store could not decide; the failure policy refused it (503, or
+    /// 429 from the local fallback limiter).
+    FallbackBlocked,
+    /// Admitted, but a shadow limit would have blocked it.
+    ShadowBlocked,
+}
+
+impl Outcome {
+    /// Every outcome, in label order.
+    pub const ALL: [Outcome; 5] = [
+        Outcome::Allowed,
+        Outcome::Blocked,
+        Outcome::FallbackAllowed,
+        Outcome::FallbackBlocked,
+        Outcome::ShadowBlocked,
+    ];
+
+    /// The `outcome` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Blocked => "blocked",
+            Outcome::FallbackAllowed => "fallback_allowed",
+            Outcome::FallbackBlocked => "fallback_blocked",
+            Outcome::ShadowBlocked => "shadow_blocked",
+        }
+    }
+
+    /// Whether the request was let through.
+    pub fn passed(self) -> bool {
+        matches!(
+            self,
+            Outcome::Allowed | Outcome::FallbackAllowed | Outcome::ShadowBlocked
+        )
+    }
+}
+
+/// Why a decision fell back to the failure policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FallbackReason {
+    /// The store did not answer within the decision budget.
+    Timeout,
+    /// The store answered with an error or could not be reached.
+    Error,
+    /// The shard's circuit breaker is open: no call was attempted.
+    BreakerOpen,
+}
+
+impl FallbackReason {
+    /// The `reason` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FallbackReason::Timeout => "timeout",
+            FallbackReason::Error => "error",
+            FallbackReason::BreakerOpen => "breaker_open",
+        }
+    }
+}
+
+/// One decision, as telemetry sees it. Labels are bounded: `tier` and
+/// `limit` come from the policy, `route` is a rule's pattern or `*`,
+/// `shard` is `memory` or a Redis `host:port`. `identity` is the form the
+/// policy allows to be shown (masked by default), never the raw key.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// The tier.
+    pub tier: Arc<str>,
+    /// The matched route rule's pattern, or `*`.
+    pub route: Arc<str>,
+    /// The limit that blocked, or the most constraining one.
+    pub limit: Option<Arc<str>>,
+    /// Limits that blocked (enforced or shadow), for `limit_exceeded_total`.
+    pub exceeded: Vec<Arc<str>>,
+    /// What happened.
+    pub outcome: Outcome,
+    /// Which node decided (or would have).
+    pub shard: Arc<str>,
+    /// The identity in display form (masked, hashed or raw per policy).
+    pub identity: String,
+    /// Units the request cost.
+    pub cost: u64,
+    /// Round trip to Redis, when Redis was asked.
+    pub redis_rtt: Option<Duration>,
+    /// Why the failure policy answered, for fallback outcomes.
+    pub fallback: Option<(FallbackReason, crate::policy::FailurePolicy)>,
+}
