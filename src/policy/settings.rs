@@ -99,6 +99,9 @@ pub struct ResilienceSettings {
     pub breaker: BreakerSettings,
     /// Instances sharing the quota; the local fallback allows 1/N of it.
     pub expected_instances: u32,
+    /// Up to this much random time is added to `Retry-After`, so blocked
+    /// clients do not all come back in the same second (0 = off).
+    pub retry_after_jitter: Duration,
 }
 
 impl Default for ResilienceSettings {
@@ -107,6 +110,7 @@ impl Default for ResilienceSettings {
             on_store_failure: FailurePolicy::Open,
             breaker: BreakerSettings::default(),
             expected_instances: 3,
+            retry_after_jitter: Duration::ZERO,
         }
     }
 }

@@ -1,0 +1,251 @@
+//! Real servers for integration tests: `redis-server` single nodes and a
+//! 3-master Redis Cluster on free loopback ports, each in its own temporary
+//! directory, killed when dropped.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    // Cluster nodes also bind port + 10000; keep both in range.
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        let port = l.local_addr().expect("local addr").port();
+        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+fn require(binary: &str) -> PathBuf {
+    for dir in std::env::var("PATH").unwrap_or_default().split(':') {
+        let p = Path::new(dir).join(binary);
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!(
+        "`{binary}` is not installed: the Redis tests start real servers. \
+         Install it with `apt-get install redis-server` (or run `.ci/run`, which installs it)."
+    );
+}
+
+/// Runs `redis-cli -p port args...` and returns its stdout.
+pub fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new(require("redis-cli"))
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("run redis-cli");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// One `redis-server` process.
+pub struct RedisServer {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a standalone node on a free port and waits until it answers.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a node with extra `redis-server` arguments.
+    pub fn start_with(extra: &[&str]) -> Self {
+        let mut s = Self {
+            port: free_port(),
+            dir: tempfile::tempdir().expect("temp dir"),
+            child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(require("redis-server"))
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(["--enable-debug-command", "local"])
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        self.child = Some(child);
+        wait_for_ping(self.port);
+    }
+
+    /// `redis://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `127.0.0.1:port`, the shard label of decisions it serves.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Runs a redis-cli command against it.
+    pub fn cli(&self, args: &[&str]) -> String {
+        redis_cli(self.port, args)
+    }
+
+    /// Calls of one command since the last `CONFIG RESETSTAT`, from
+    /// `INFO commandstats` (`evalsha`, `eval`, `script|load` ...).
+    pub fn command_calls(&self, command: &str) -> u64 {
+        command_calls(self.port, command)
+    }
+
+    /// SIGKILL: the process dies without a word.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port (empty: scripts and keys are gone).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// SIGSTOP: the process freezes; connections stay open, nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`RedisServer::pause`].
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill")
+                .args([sig, &c.id().to_string()])
+                .status();
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.resume();
+        self.kill();
+    }
+}
+
+/// Calls of `command` on the node at `port` from `INFO commandstats`.
+pub fn command_calls(port: u16, command: &str) -> u64 {
+    let info = redis_cli(port, &["INFO", "commandstats"]);
+    let needle = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&needle))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn wait_for_ping(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if redis_cli(port, &["PING"]).trim() == "PONG" {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("redis-server on port {port} did not answer PING within 10 s");
+}
+
+/// A Redis Cluster of three masters (no replicas) on one machine.
+pub struct RedisCluster {
+    /// The masters.
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts three cluster-enabled nodes, creates the cluster and waits for
+    /// `cluster_state:ok` on every node.
+    pub fn start() -> Self {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                ])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes.iter().map(|n| n.addr()).collect();
+        let out = Command::new(require("redis-cli"))
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for n in &nodes {
+            while !n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+                assert!(Instant::now() < deadline, "cluster did not reach state ok");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Self { nodes }
+    }
+
+    /// `redis://127.0.0.1:port` of every master.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.url()).collect()
+    }
+
+    /// The master serving `key`.
+    pub fn node_for(&self, key: &str) -> &RedisServer {
+        let out = self.nodes[0].cli(&["CLUSTER", "KEYSLOT", key]);
+        let slot: u16 = out.trim().parse().expect("CLUSTER KEYSLOT answers a number");
+        let slots = self.nodes[0].cli(&["CLUSTER", "SLOTS"]);
+        // redis-cli prints CLUSTER SLOTS flat: start, end, ip, port, id, ...
+        let lines: Vec<&str> = slots.lines().map(str::trim).collect();
+        let mut i = 0;
+        while i + 3 < lines.len() {
+            if let (Ok(start), Ok(end)) = (lines[i].parse::<u16>(), lines[i + 1].parse::<u16>()) {
+                if (start..=end).contains(&slot) {
+                    let port: u16 = lines[i + 3].parse().expect("port");
+                    return self
+                        .nodes
+                        .iter()
+                        .find(|n| n.port == port)
+                        .expect("slot owner is one of our nodes");
+                }
+                i += 2;
+            } else {
+                i += 1;
+            }
+        }
+        panic!("no node serves slot {slot}");
+    }
+
+    /// Total calls of `command` over every master.
+    pub fn command_calls(&self, command: &str) -> u64 {
+        self.nodes.iter().map(|n| n.command_calls(command)).sum()
+    }
+}
