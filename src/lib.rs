@@ -26,13 +26,14 @@ pub mod clock;
 mod error;
 pub mod identity;
 pub mod layer;
-// mod limiter;
+mod limiter;
 pub mod policy;
+pub mod server;
 pub mod store;
 pub mod telemetry;
 
 pub use error::Error;
 pub use identity::{Identity, KeyExtractor, TierResolver};
-// pub use layer::{RateLimit, RateLimitLayer};
-// pub use limiter::{Decision, LimitReport, Limiter, LimiterBuilder, Source};
+pub use layer::{RateLimit, RateLimitLayer};
+pub use limiter::{Decision, LimitReport, Limiter, LimiterBuilder, RouteMatch, Source};
 pub use policy::{Limit, Policy, RouteRule, Tier};

@@ -19,4 +19,7 @@ impl Telemetry {
 
     /// Records one decision; never blocks.
     pub fn record(&self, _event: &Event) {}
+
+    /// Flushes what is buffered.
+    pub async fn shutdown(&self) {}
 }

@@ -1,0 +1,101 @@
+//! What a limiter answers: the decision and every limit's state.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::policy::FailurePolicy;
+use crate::telemetry::{FallbackReason, Outcome};
+
+/// Who decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// The store, on this shard (`memory` or a Redis `host:port`).
+    Store {
+        /// The shard.
+        shard: Arc<str>,
+    },
+    /// The store could not decide; the failure policy did.
+    Fallback {
+        /// Why the store could not decide.
+        reason: FallbackReason,
+        /// The policy that answered.
+        policy: FailurePolicy,
+        /// The shard that failed.
+        shard: Arc<str>,
+    },
+}
+
+impl Source {
+    /// The shard label.
+    pub fn shard(&self) -> &Arc<str> {
+        match self {
+            Source::Store { shard } | Source::Fallback { shard, .. } => shard,
+        }
+    }
+}
+
+/// One limit's state after a decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimitReport {
+    /// The limit's name.
+    pub name: Arc<str>,
+    /// Units per window (`q`).
+    pub quota: u64,
+    /// Window in seconds (`w`).
+    pub window_secs: u64,
+    /// Units left (fractional; headers show the floor).
+    pub remaining: f64,
+    /// Until the quota is fully back.
+    pub reset_after: Duration,
+    /// When this limit blocked: until the request would pass.
+    pub retry_after: Duration,
+    /// Whether this limit admitted the request.
+    pub allowed: bool,
+    /// Reported, never enforced.
+    pub shadow: bool,
+}
+
+/// The answer for one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// Whether the request may pass.
+    pub allowed: bool,
+    /// The tier decided against.
+    pub tier: Arc<str>,
+    /// Every limit of the tier and route, in order.
+    pub limits: Vec<LimitReport>,
+    /// When blocked: the latest retry time of the blocking limits.
+    pub retry_after: Option<Duration>,
+    /// Leaky-bucket shaping: hold the request this long before passing it on.
+    pub delay: Duration,
+    /// Who decided.
+    pub source: Source,
+    /// The outcome recorded for telemetry.
+    pub outcome: Outcome,
+}
+
+impl Decision {
+    /// The limit the `RateLimit` header names: when blocked, the enforced
+    /// blocking limit with the latest retry; otherwise the enforced limit
+    /// with the fewest units left.
+    pub fn most_constraining(&self) -> Option<&LimitReport> {
+        let enforced = self.limits.iter().filter(|l| !l.shadow);
+        if self.allowed {
+            enforced.min_by(|a, b| {
+                a.remaining
+                    .total_cmp(&b.remaining)
+                    .then(b.reset_after.cmp(&a.reset_after))
+            })
+        } else {
+            enforced
+                .filter(|l| !l.allowed)
+                .max_by_key(|l| l.retry_after)
+                .or_else(|| self.limits.iter().find(|l| !l.shadow))
+        }
+    }
+
+    /// Whether the failure policy, not the store, answered.
+    pub fn is_fallback(&self) -> bool {
+        matches!(self.source, Source::Fallback { .. })
+    }
+}

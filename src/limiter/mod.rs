@@ -1,0 +1,482 @@
+//! The limiter: identity → tier → route → one store decision → answer.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use ratewatch::{Limiter, Limit, Policy, Tier};
+//! use ratewatch::identity::{Identity, IdentityKind};
+//! let policy = Policy::builder()
+//!     .tier(Tier::new("free").match_prefix("free_").limit(Limit::token_bucket("burst", 2, 0.1)))
+//!     .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
+//!     .build()
+//!     .unwrap();
+//! let limiter = Limiter::new(policy).await.unwrap();
+//! let caller = Identity::new(IdentityKind::ApiKey, "free_abc");
+//! assert!(limiter.check(&caller, "free", None).await.allowed);
+//! assert!(limiter.check(&caller, "free", None).await.allowed);
+//! assert!(!limiter.check(&caller, "free", None).await.allowed);
+//! # });
+//! ```
+
+mod compiled;
+mod decision;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use decision::{Decision, LimitReport, Source};
+
+use compiled::{Compiled, CompiledLimit};
+
+use crate::Error;
+use crate::algorithm::Verdict;
+use crate::clock::{Clock, SystemClock};
+use crate::identity::{HeaderExtractor, Identity, KeyExtractor, PrefixResolver, TierResolver};
+use crate::policy::{FailurePolicy, Policy, StoreKind};
+use crate::store::{Batch, MemoryStore, Store, StoreDecision, StoreError};
+use crate::telemetry::{Event, FallbackReason, Outcome, Telemetry};
+
+/// A rate limiter: a policy, a store and the telemetry around them.
+/// Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct Limiter {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    policy: Arc<Policy>,
+    compiled: Compiled,
+    store: Arc<dyn Store>,
+    local: MemoryStore,
+    resolver: Arc<dyn TierResolver>,
+    prefix_resolver: PrefixResolver,
+    extractor: Arc<dyn KeyExtractor>,
+    telemetry: Telemetry,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter")
+            .field("store", &self.inner.store.kind())
+            .field("tiers", &self.inner.policy.tiers.len())
+            .finish()
+    }
+}
+
+/// Builds a [`Limiter`] with a custom store, resolver, extractor or clock.
+pub struct LimiterBuilder {
+    policy: Policy,
+    store: Option<Arc<dyn Store>>,
+    resolver: Option<Arc<dyn TierResolver>>,
+    extractor: Option<Arc<dyn KeyExtractor>>,
+    clock: Arc<dyn Clock>,
+    telemetry: Option<Telemetry>,
+}
+
+impl LimiterBuilder {
+    /// Decides against `store` instead of the one the policy names.
+    pub fn with_store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Chooses tiers with `resolver` (falling back to key prefixes when it
+    /// answers `None`).
+    pub fn with_resolver(mut self, resolver: Arc<dyn TierResolver>) -> Self {
+        self.resolver = Some(resolver);
+        self
+    }
+
+    /// Identifies callers with `extractor`.
+    pub fn with_extractor(mut self, extractor: Arc<dyn KeyExtractor>) -> Self {
+        self.extractor = Some(extractor);
+        self
+    }
+
+    /// Uses `clock` for the memory store and the local fallback.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Sends events to `telemetry`.
+    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = Some(telemetry);
+        self
+    }
+
+    /// Builds the limiter, connecting to the store the policy names if no
+    /// store was given. A Redis that is down does not fail this: decisions
+    /// answer by failure policy until it appears.
+    pub async fn build(self) -> Result<Limiter, Error> {
+        let policy = Arc::new(self.policy);
+        let store = match self.store {
+            Some(s) => s,
+            None => open_store(&policy, self.clock.clone()).await?,
+        };
+        let telemetry = self.telemetry.unwrap_or_default();
+        let prefix_resolver = PrefixResolver::new(policy.clone());
+        Ok(Limiter {
+            inner: Arc::new(Inner {
+                compiled: Compiled::new(&policy),
+                local: MemoryStore::with_clock_and_label(self.clock.clone(), "local"),
+                resolver: self
+                    .resolver
+                    .unwrap_or_else(|| Arc::new(prefix_resolver.clone())),
+                prefix_resolver,
+                extractor: self
+                    .extractor
+                    .unwrap_or_else(|| Arc::new(HeaderExtractor::new(policy.identity.clone()))),
+                store,
+                telemetry,
+                clock: self.clock,
+                policy,
+            }),
+        })
+    }
+}
+
+async fn open_store(policy: &Policy, clock: Arc<dyn Clock>) -> Result<Arc<dyn Store>, Error> {
+    match policy.store.kind {
+        StoreKind::Memory => Ok(Arc::new(MemoryStore::with_clock(clock))),
+        StoreKind::Redis | StoreKind::RedisCluster => Err(Error::Store(StoreError::Unavailable(
+            "this build has no Redis store".into(),
+        ))),
+    }
+}
+
+impl Limiter {
+    /// A limiter for `policy`, on the store it names.
+    pub async fn new(policy: Policy) -> Result<Self, Error> {
+        Self::builder(policy).build().await
+    }
+
+    /// Loads a TOML policy file and builds its limiter.
+    pub async fn from_config_file(path: impl AsRef<Path>) -> Result<Self, Error> {
+        Self::new(Policy::from_toml_file(path)?).await
+    }
+
+    /// Starts a limiter with custom parts.
+    pub fn builder(policy: Policy) -> LimiterBuilder {
+        LimiterBuilder {
+            policy,
+            store: None,
+            resolver: None,
+            extractor: None,
+            clock: Arc::new(SystemClock),
+            telemetry: None,
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.inner.policy
+    }
+
+    /// The store decisions go to.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// The telemetry pipeline.
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.inner.telemetry
+    }
+
+    /// The identity extractor.
+    pub fn extractor(&self) -> &Arc<dyn KeyExtractor> {
+        &self.inner.extractor
+    }
+
+    /// The clock of the memory store and the local fallback.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
+    /// The tier of `identity`: the resolver's answer if it names a known
+    /// tier, else the key-prefix rule.
+    pub async fn resolve_tier(&self, identity: &Identity) -> String {
+        match self.inner.resolver.resolve(identity).await {
+            Some(t) if self.inner.compiled.tiers.contains_key(&t) => t,
+            Some(t) => {
+                tracing::warn!(tier = %t, "tier resolver named an unknown tier; using the key-prefix rule");
+                self.inner.prefix_resolver.tier_of(identity)
+            }
+            None => self.inner.prefix_resolver.tier_of(identity),
+        }
+    }
+
+    /// The index of the route rule matching a request, if any.
+    pub fn route_for(&self, method: &str, path: &str) -> Option<RouteMatch> {
+        self.inner
+            .compiled
+            .route_index(method, path)
+            .map(|index| RouteMatch { index })
+    }
+
+    /// Whether the matched route is exempt from limiting.
+    pub fn is_exempt(&self, route: Option<RouteMatch>) -> bool {
+        route.is_some_and(|r| self.inner.compiled.routes[r.index].rule.exempt)
+    }
+
+    /// Decides one request of `identity` in `tier` on `route` (cost from the
+    /// route rule, 1 otherwise) and records the event.
+    pub async fn check(
+        &self,
+        identity: &Identity,
+        tier: &str,
+        route: Option<RouteMatch>,
+    ) -> Decision {
+        self.run(identity, tier, route, false).await
+    }
+
+    /// Reports every limit's quota for `identity` without consuming any.
+    pub async fn peek(
+        &self,
+        identity: &Identity,
+        tier: &str,
+        route: Option<RouteMatch>,
+    ) -> Decision {
+        self.run(identity, tier, route, true).await
+    }
+
+    async fn run(
+        &self,
+        identity: &Identity,
+        tier: &str,
+        route: Option<RouteMatch>,
+        peek: bool,
+    ) -> Decision {
+        let inner = &*self.inner;
+        let c = &inner.compiled;
+        let tier = c
+            .tiers
+            .get(tier)
+            .or_else(|| c.tiers.get(&inner.policy.identity.default_tier))
+            .or_else(|| c.tiers.values().next());
+        let Some(tier) = tier else {
+            // A policy without tiers limits nothing.
+            return Decision {
+                allowed: true,
+                tier: "".into(),
+                limits: Vec::new(),
+                retry_after: None,
+                delay: Duration::ZERO,
+                source: Source::Store {
+                    shard: "memory".into(),
+                },
+                outcome: Outcome::Allowed,
+            };
+        };
+        let route_idx = route.map(|r| r.index);
+        let cost = route_idx.map_or(1, |i| c.routes[i].rule.cost);
+        let (items, limits) = c.items(tier, route_idx, identity, false);
+        let batch = if peek {
+            Batch::peek(&items)
+        } else {
+            Batch::consume(&items, cost)
+        };
+        let shard = items
+            .first()
+            .map_or_else(|| "memory".into(), |i| inner.store.shard_for(&i.key));
+        let failure = route_idx.map_or(c.default_failure, |i| c.routes[i].failure);
+
+        let decision = match self.ask_store(&batch).await {
+            Ok(d) => {
+                let source = Source::Store {
+                    shard: d.shard.clone(),
+                };
+                build(tier.name.clone(), &limits, d, source, None)
+            }
+            Err(reason) => self.fallback(
+                tier, route_idx, identity, &batch, shard, reason, failure, &limits,
+            ),
+        };
+        if !peek {
+            self.record(&decision, route_idx, identity, cost);
+        }
+        decision
+    }
+
+    async fn ask_store(&self, batch: &Batch<'_>) -> Result<StoreDecision, FallbackReason> {
+        let store = &self.inner.store;
+        let budget = self.inner.policy.store.timeout;
+        match tokio::time::timeout(budget, store.decide(batch)).await {
+            Ok(Ok(d)) => Ok(d),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "store could not decide");
+                Err(if e.is_timeout() {
+                    FallbackReason::Timeout
+                } else {
+                    FallbackReason::Error
+                })
+            }
+            Err(_) => Err(FallbackReason::Timeout),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fallback(
+        &self,
+        tier: &compiled::CompiledTier,
+        route: Option<usize>,
+        identity: &Identity,
+        batch: &Batch<'_>,
+        shard: Arc<str>,
+        reason: FallbackReason,
+        policy: FailurePolicy,
+        limits: &[&CompiledLimit],
+    ) -> Decision {
+        let source = Source::Fallback {
+            reason,
+            policy,
+            shard,
+        };
+        match policy {
+            FailurePolicy::Open | FailurePolicy::Closed => {
+                let allowed = policy == FailurePolicy::Open;
+                let retry = (!allowed).then(|| {
+                    self.inner
+                        .policy
+                        .resilience
+                        .breaker
+                        .open
+                        .max(Duration::from_secs(1))
+                });
+                Decision {
+                    allowed,
+                    tier: tier.name.clone(),
+                    limits: Vec::new(),
+                    retry_after: retry,
+                    delay: Duration::ZERO,
+                    source,
+                    outcome: if allowed {
+                        Outcome::FallbackAllowed
+                    } else {
+                        Outcome::FallbackBlocked
+                    },
+                }
+            }
+            FailurePolicy::Local => {
+                let (items, _) = self.inner.compiled.items(tier, route, identity, true);
+                let local = Batch {
+                    items: &items,
+                    ..*batch
+                };
+                let d = self.inner.local.decide_now(&local);
+                let mut decision = build(tier.name.clone(), limits, d, source, Some(&items));
+                decision.outcome = if decision.allowed {
+                    Outcome::FallbackAllowed
+                } else {
+                    Outcome::FallbackBlocked
+                };
+                decision
+            }
+        }
+    }
+
+    fn record(&self, d: &Decision, route: Option<usize>, identity: &Identity, cost: u64) {
+        let c = &self.inner.compiled;
+        let exceeded: Vec<Arc<str>> = d
+            .limits
+            .iter()
+            .filter(|l| !l.allowed)
+            .map(|l| l.name.clone())
+            .collect();
+        let fallback = match &d.source {
+            Source::Fallback { reason, policy, .. } => Some((*reason, *policy)),
+            Source::Store { .. } => None,
+        };
+        let event = Event {
+            tier: d.tier.clone(),
+            route: route.map_or_else(|| c.any_route.clone(), |i| c.routes[i].label.clone()),
+            limit: d.most_constraining().map(|l| l.name.clone()),
+            exceeded,
+            outcome: d.outcome,
+            shard: d.source.shard().clone(),
+            identity: identity.display(self.inner.policy.telemetry.key_display),
+            cost,
+            redis_rtt: None,
+            fallback,
+        };
+        self.inner.telemetry.record(&event);
+    }
+
+    /// Drops the local fallback's state (when the store is back, decisions
+    /// return to it and the local counts are not merged).
+    pub fn forget_local_state(&self) {
+        self.inner.local.clear();
+    }
+}
+
+/// A matched route rule (an index into the policy's routes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteMatch {
+    index: usize,
+}
+
+fn build(
+    tier: Arc<str>,
+    limits: &[&CompiledLimit],
+    d: StoreDecision,
+    source: Source,
+    local_items: Option<&[crate::store::Item]>,
+) -> Decision {
+    let reports: Vec<LimitReport> = limits
+        .iter()
+        .zip(&d.verdicts)
+        .enumerate()
+        .map(|(i, (l, v))| report(l, v, local_items.map(|items| &items[i])))
+        .collect();
+    let retry_after = (!d.allowed).then(|| {
+        reports
+            .iter()
+            .filter(|r| !r.shadow && !r.allowed)
+            .map(|r| r.retry_after)
+            .max()
+            .unwrap_or(Duration::from_secs(1))
+    });
+    let delay = d
+        .verdicts
+        .iter()
+        .map(|v| v.delay_us)
+        .max()
+        .map_or(Duration::ZERO, Duration::from_micros);
+    let shadow_blocked = reports.iter().any(|r| r.shadow && !r.allowed);
+    let outcome = match (d.allowed, shadow_blocked) {
+        (false, _) => Outcome::Blocked,
+        (true, true) => Outcome::ShadowBlocked,
+        (true, false) => Outcome::Allowed,
+    };
+    Decision {
+        allowed: d.allowed,
+        tier,
+        limits: reports,
+        retry_after,
+        delay: if d.allowed { delay } else { Duration::ZERO },
+        source,
+        outcome,
+    }
+}
+
+fn report(l: &CompiledLimit, v: &Verdict, local: Option<&crate::store::Item>) -> LimitReport {
+    let algorithm = local.map_or(&l.algorithm, |i| &i.algorithm);
+    LimitReport {
+        name: l.name.clone(),
+        quota: algorithm.quota(),
+        window_secs: algorithm.window_secs(),
+        remaining: v.remaining,
+        reset_after: Duration::from_micros(v.reset_after_us),
+        retry_after: Duration::from_micros(v.retry_after_us),
+        allowed: v.allowed,
+        shadow: l.shadow,
+    }
+}
+
+impl Limiter {
+    /// Flushes telemetry and stops background work; call before exit.
+    pub async fn shutdown(&self) {
+        self.inner.telemetry.shutdown().await;
+    }
+}

@@ -1,0 +1,132 @@
+//! `ratewatch`: serve the limiter, run the demo, or check a config file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use ratewatch::policy::{Policy, StoreKind};
+use ratewatch::{Limiter, server};
+
+/// The policy served when no `--config` is given: the memory store.
+const DEFAULT_CONFIG: &str = include_str!("../ratewatch.toml");
+
+#[derive(Parser)]
+#[command(
+    name = "ratewatch",
+    version,
+    about = "Observable rate limiting for web services"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the demo API behind the limiter, with /metrics and /dashboard.
+    Serve(ServeArgs),
+    /// Serve, and send built-in traffic through the limiter so the dashboard fills.
+    Demo(ServeArgs),
+    /// Validate a policy file; errors name the field and the line.
+    CheckConfig {
+        /// The TOML policy.
+        file: PathBuf,
+    },
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Policy file (default: the built-in policy on the memory store).
+    #[arg(long, env = "RATEWATCH_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, env = "RATEWATCH_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,ratewatch=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::CheckConfig { file } => check_config(&file),
+        Command::Serve(args) => run(args, false),
+        Command::Demo(args) => run(args, true),
+    }
+}
+
+fn check_config(file: &std::path::Path) -> ExitCode {
+    match Policy::from_toml_file(file) {
+        Ok(p) => {
+            println!(
+                "{}: ok ({} tiers, {} routes)",
+                file.display(),
+                p.tiers.len(),
+                p.routes.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn load_policy(config: Option<&std::path::Path>) -> Result<Policy, ratewatch::policy::ConfigError> {
+    let mut policy = match config {
+        Some(path) => Policy::from_toml_file(path)?,
+        None => Policy::from_toml_str(DEFAULT_CONFIG, Some("<built-in ratewatch.toml>"))?,
+    };
+    if let Ok(url) = std::env::var("RATEWATCH_REDIS_URL") {
+        let urls: Vec<String> = url.split(',').map(|s| s.trim().to_owned()).collect();
+        match policy.store.kind {
+            StoreKind::RedisCluster => policy.store.nodes = urls,
+            _ => {
+                policy.store.kind = StoreKind::Redis;
+                policy.store.url = urls.into_iter().next();
+            }
+        }
+    }
+    Ok(policy)
+}
+
+fn run(args: ServeArgs, demo: bool) -> ExitCode {
+    let policy = match load_policy(args.config.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        let limiter = Limiter::new(policy).await?;
+        let traffic = demo.then(|| server::spawn_demo_traffic(server::app(limiter.clone())));
+        let served = server::serve(limiter.clone(), args.listen).await;
+        if let Some(t) = traffic {
+            t.abort();
+        }
+        limiter.shutdown().await;
+        served.map_err(ratewatch::Error::from)
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ratewatch: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! The middleware and the server's routes as a client sees them: status
+//! codes, headers a structured-field parser accepts, JSON bodies.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, to_bytes};
+use axum::response::Response;
+use http::Request;
+use ratewatch::clock::ManualClock;
+use ratewatch::policy::{AnonymousMode, IdentitySettings, Limit, Policy, RouteRule, Scope, Tier};
+use ratewatch::{Limiter, server};
+use tower::ServiceExt;
+
+const T0: u64 = 1_800_000_000_000_000;
+
+fn policy() -> Policy {
+    Policy::builder()
+        .tier(
+            Tier::new("free")
+                .match_prefix("free_")
+                .limit(Limit::token_bucket("burst", 10, 0.33))
+                .limit(Limit::sliding_window(
+                    "minute",
+                    20,
+                    std::time::Duration::from_secs(60),
+                ))
+                .limit(Limit::fixed_window(
+                    "day",
+                    1000,
+                    std::time::Duration::from_secs(86_400),
+                ))
+                .limit(Limit::token_bucket("trial", 3, 0.01).shadow()),
+        )
+        .tier(
+            Tier::new("pro")
+                .match_prefix("pro_")
+                .limit(Limit::token_bucket("burst", 100, 10.0)),
+        )
+        .tier(
+            Tier::new("anonymous")
+                .limit(Limit::token_bucket("burst", 30, 1.0))
+                .limit(Limit::token_bucket("ip_burst", 40, 1.0).with_scope(Scope::Ip)),
+        )
+        .route(RouteRule::new("POST", "/api/export").with_cost(5))
+        .build()
+        .expect("valid policy")
+}
+
+async fn app_with(policy: Policy) -> (Router, ManualClock) {
+    let clock = ManualClock::new(T0);
+    let limiter = Limiter::builder(policy)
+        .with_clock(Arc::new(clock.clone()))
+        .build()
+        .await
+        .expect("limiter");
+    (server::app(limiter), clock)
+}
+
+async fn send(app: &Router, method: &str, path: &str, key: Option<&str>) -> Response {
+    let mut req = Request::builder().method(method).uri(path);
+    if let Some(k) = key {
+        req = req.header("x-api-key", k);
+    }
+    app.clone()
+        .oneshot(req.body(Body::empty()).unwrap())
+        .await
+        .unwrap()
+}
+
+fn header<'a>(res: &'a Response, name: &str) -> &'a str {
+    res.headers()
+        .get(name)
+        .unwrap_or_else(|| panic!("missing {name}"))
+        .to_str()
+        .unwrap()
+}
+
+async fn json(res: Response) -> serde_json::Value {
+    let bytes = to_bytes(res.into_body(), 1 << 20).await.unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// Parses a structured-field list and returns (name, params) per member.
+fn sf_list(value: &str) -> Vec<(String, Vec<(String, i64)>)> {
+    use sfv::{BareItem, ListEntry, Parser};
+    let list = Parser::new(value)
+        .parse::<sfv::List>()
+        .expect("a valid structured-field list");
+    list.into_iter()
+        .map(|entry| match entry {
+            ListEntry::Item(item) => {
+                let name = match item.bare_item {
+                    BareItem::String(s) => s.as_str().to_owned(),
+                    other => panic!("member is not a string: {other:?}"),
+                };
+                let params = item
+                    .params
+                    .into_iter()
+                    .map(|(k, v)| {
+                        (
+                            k.as_str().to_owned(),
+                            v.as_integer().map(i64::from).expect("integer param"),
+                        )
+                    })
+                    .collect();
+                (name, params)
+            }
+            ListEntry::InnerList(_) => panic!("unexpected inner list"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_fresh_free_key_gets_ten_requests_then_429_while_a_pro_key_keeps_passing() {
+    let (app, _) = app_with(policy()).await;
+    for i in 0..10 {
+        let res = send(&app, "GET", "/api/users", Some("free_alice")).await;
+        assert_eq!(res.status(), 200, "request {i}");
+        assert_eq!(header(&res, "x-ratelimit-remaining"), (9 - i).to_string());
+    }
+    let res = send(&app, "GET", "/api/users", Some("free_alice")).await;
+    assert_eq!(res.status(), 429);
+    let retry: u64 = header(&res, "retry-after").parse().unwrap();
+    assert_eq!(retry, 4, "one token at 0.33/s takes 3.03 s, rounded up");
+    let rl = sf_list(header(&res, "ratelimit"));
+    assert_eq!(rl[0].0, "burst");
+    assert_eq!(rl[0].1, vec![("r".into(), 0), ("t".into(), 4)]);
+    let body = json(res).await;
+    assert_eq!(body["tier"], "free");
+    assert_eq!(body["limit"], "burst");
+    assert_eq!(body["retry_after_seconds"], 4);
+
+    for _ in 0..50 {
+        assert_eq!(
+            send(&app, "GET", "/api/users", Some("pro_bob"))
+                .await
+                .status(),
+            200
+        );
+    }
+}
+
+#[tokio::test]
+async fn policy_header_names_every_enforced_limit_and_parses_as_structured_fields() {
+    let (app, _) = app_with(policy()).await;
+    let res = send(&app, "GET", "/api/users", Some("free_carol")).await;
+    let policy = sf_list(header(&res, "ratelimit-policy"));
+    let names: Vec<&str> = policy.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["burst", "minute", "day"],
+        "shadow limits are not advertised"
+    );
+    assert_eq!(policy[0].1, vec![("q".into(), 10), ("w".into(), 31)]);
+    assert_eq!(policy[1].1, vec![("q".into(), 20), ("w".into(), 60)]);
+    assert_eq!(policy[2].1, vec![("q".into(), 1000), ("w".into(), 86_400)]);
+    let reset: u64 = header(&res, "x-ratelimit-reset").parse().unwrap();
+    assert!(reset > T0 / 1_000_000 && reset <= T0 / 1_000_000 + 31);
+    assert_eq!(header(&res, "x-ratelimit-limit"), "10");
+}
+
+#[tokio::test]
+async fn health_is_never_limited() {
+    let (app, _) = app_with(policy()).await;
+    for _ in 0..200 {
+        let res = send(&app, "GET", "/health", Some("free_dave")).await;
+        assert_eq!(res.status(), 200);
+        assert!(res.headers().get("ratelimit").is_none());
+    }
+}
+
+#[tokio::test]
+async fn quota_returns_at_the_refill_rate() {
+    let (app, clock) = app_with(policy()).await;
+    for _ in 0..10 {
+        send(&app, "GET", "/api/users", Some("free_erin")).await;
+    }
+    assert_eq!(
+        send(&app, "GET", "/api/users", Some("free_erin"))
+            .await
+            .status(),
+        429
+    );
+    clock.advance(std::time::Duration::from_millis(3_031));
+    assert_eq!(
+        send(&app, "GET", "/api/users", Some("free_erin"))
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        send(&app, "GET", "/api/users", Some("free_erin"))
+            .await
+            .status(),
+        429
+    );
+}
+
+#[tokio::test]
+async fn export_costs_five_units() {
+    let (app, _) = app_with(policy()).await;
+    assert_eq!(
+        send(&app, "POST", "/api/export", Some("free_frank"))
+            .await
+            .status(),
+        200
+    );
+    let res = send(&app, "POST", "/api/export", Some("free_frank")).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(header(&res, "x-ratelimit-remaining"), "0");
+    assert_eq!(
+        send(&app, "POST", "/api/export", Some("free_frank"))
+            .await
+            .status(),
+        429
+    );
+}
+
+#[tokio::test]
+async fn a_shadow_limit_reports_but_never_blocks() {
+    let (app, _) = app_with(policy()).await;
+    // The shadow `trial` limit holds 3; the enforced burst holds 10.
+    for _ in 0..10 {
+        assert_eq!(
+            send(&app, "GET", "/api/users", Some("free_gina"))
+                .await
+                .status(),
+            200
+        );
+    }
+}
+
+#[tokio::test]
+async fn status_reports_quota_without_consuming_it() {
+    let (app, _) = app_with(policy()).await;
+    send(&app, "GET", "/api/users", Some("free_hank")).await;
+    for _ in 0..5 {
+        let res = send(&app, "GET", "/api/ratelimit/status", Some("free_hank")).await;
+        assert_eq!(res.status(), 200);
+        let body = json(res).await;
+        assert_eq!(body["tier"], "free");
+        let burst = &body["limits"][0];
+        assert_eq!(burst["name"], "burst");
+        assert_eq!(burst["remaining"], 9);
+        assert!(
+            !body.to_string().contains("free_hank"),
+            "the raw key is never echoed"
+        );
+    }
+}
+
+#[tokio::test]
+async fn malformed_or_oversized_keys_get_a_400_with_a_reason() {
+    let (app, _) = app_with(policy()).await;
+    let long = "k".repeat(5000);
+    for key in [long.as_str(), "two words"] {
+        let res = send(&app, "GET", "/api/users", Some(key)).await;
+        assert_eq!(res.status(), 400);
+        let body = json(res).await;
+        assert_eq!(body["error"], "bad_identity");
+    }
+    let req = Request::get("/api/users")
+        .header(
+            "x-api-key",
+            http::HeaderValue::from_bytes(b"caf\xe9").unwrap(),
+        )
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(app.clone().oneshot(req).await.unwrap().status(), 400);
+}
+
+#[tokio::test]
+async fn anonymous_callers_are_rejected_with_401_when_keys_are_required() {
+    let p = Policy::builder()
+        .identity(IdentitySettings {
+            anonymous: AnonymousMode::Reject,
+            ..Default::default()
+        })
+        .tier(Tier::new("free").limit(Limit::per_second("burst", 5)))
+        .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
+        .build()
+        .unwrap();
+    let (app, _) = app_with(p).await;
+    let res = send(&app, "GET", "/api/users", None).await;
+    assert_eq!(res.status(), 401);
+    assert_eq!(json(res).await["error"], "api_key_required");
+}
+
+#[tokio::test]
+async fn bearer_tokens_identify_callers() {
+    let (app, _) = app_with(policy()).await;
+    let req = || {
+        Request::get("/api/users")
+            .header("authorization", "Bearer pro_token_1")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let res = app.clone().oneshot(req()).await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(header(&res, "x-ratelimit-limit"), "100");
+}
+
+#[tokio::test]
+async fn the_layer_also_works_as_a_route_layer() {
+    let limiter = Limiter::new(policy()).await.unwrap();
+    let app: Router = Router::new()
+        .route("/limited", axum::routing::get(|| async { "x" }))
+        .route_layer(limiter.layer())
+        .route("/free", axum::routing::get(|| async { "y" }));
+    for _ in 0..10 {
+        send(&app, "GET", "/limited", Some("free_ivy")).await;
+    }
+    assert_eq!(
+        send(&app, "GET", "/limited", Some("free_ivy"))
+            .await
+            .status(),
+        429
+    );
+    assert_eq!(
+        send(&app, "GET", "/free", Some("free_ivy")).await.status(),
+        200
+    );
+}
