@@ -58,6 +58,18 @@ impl RedisServer {
         Self::start_with(&[])
     }
 
+    /// Starts a standalone node on `port`.
+    pub fn start_on(port: u16) -> Self {
+        let mut s = Self {
+            port,
+            dir: tempfile::tempdir().expect("temp dir"),
+            child: None,
+            extra: Vec::new(),
+        };
+        s.spawn();
+        s
+    }
+
     /// Starts a node with extra `redis-server` arguments.
     pub fn start_with(extra: &[&str]) -> Self {
         let mut s = Self {
