@@ -59,9 +59,17 @@ fn demo_policy_loads_with_its_tiers_routes_and_limits() {
         free.limits[2],
         Limit::fixed_window("day", 1000, Duration::from_secs(86_400))
     );
-    let ip = free.limits.iter().find(|l| l.name == "ip_minute").expect("ip limit");
+    let ip = free
+        .limits
+        .iter()
+        .find(|l| l.name == "ip_minute")
+        .expect("ip limit");
     assert_eq!(ip.scope, Scope::Ip);
-    let hour = free.limits.iter().find(|l| l.name == "hour").expect("shadow limit");
+    let hour = free
+        .limits
+        .iter()
+        .find(|l| l.name == "hour")
+        .expect("shadow limit");
     assert!(hour.shadow);
     assert_eq!(hour.algorithm.window_secs(), 3600);
 
@@ -74,7 +82,9 @@ fn demo_policy_loads_with_its_tiers_routes_and_limits() {
         }
     );
 
-    let export = policy.route_for("POST", "/api/export").expect("export route");
+    let export = policy
+        .route_for("POST", "/api/export")
+        .expect("export route");
     assert_eq!(export.cost, 5);
     assert_eq!(export.on_store_failure, Some(FailurePolicy::Closed));
     let status = policy
@@ -187,7 +197,10 @@ fn settings_sections_override_only_the_keys_they_name() {
     assert_eq!(policy.resilience.breaker.failure_ratio, 0.5);
     assert_eq!(policy.resilience.breaker.window, 40);
     assert_eq!(policy.resilience.breaker.open, Duration::from_millis(2000));
-    assert_eq!(policy.resilience.retry_after_jitter, Duration::from_millis(500));
+    assert_eq!(
+        policy.resilience.retry_after_jitter,
+        Duration::from_millis(500)
+    );
     assert_eq!(policy.resilience.expected_instances, 3);
     assert_eq!(policy.telemetry.key_display, KeyDisplay::Hashed);
     assert_eq!(policy.telemetry.top_keys, 100);
@@ -244,7 +257,10 @@ fn unknown_top_level_key_lists_the_sections() {
         "limits",
         3,
     );
-    assert_says(&msg, &["store", "resilience", "identity", "tiers", "routes"]);
+    assert_says(
+        &msg,
+        &["store", "resilience", "identity", "tiers", "routes"],
+    );
 }
 
 #[test]
@@ -260,7 +276,10 @@ fn unknown_key_in_a_section_names_the_allowed_keys_and_a_near_one() {
     );
     assert_says(
         &msg,
-        &["kind, url, nodes, timeout_ms, key_prefix", "did you mean `timeout_ms`"],
+        &[
+            "kind, url, nodes, timeout_ms, key_prefix",
+            "did you mean `timeout_ms`",
+        ],
     );
 }
 
@@ -308,7 +327,10 @@ fn unknown_key_in_a_route_lists_the_route_keys() {
         "routes[0].weight",
         3,
     );
-    assert_says(&msg, &["method, path, cost, on_store_failure, exempt, limits"]);
+    assert_says(
+        &msg,
+        &["method, path, cost, on_store_failure, exempt, limits"],
+    );
 }
 
 #[test]
@@ -329,7 +351,11 @@ fn quoted_number_is_a_wrong_type_with_a_hint() {
     );
     assert_says(
         &msg,
-        &["whole number at least 1", "the string \"10\"", "without quotes"],
+        &[
+            "whole number at least 1",
+            "the string \"10\"",
+            "without quotes",
+        ],
     );
 }
 
@@ -457,7 +483,10 @@ fn window_accepts_whole_seconds_and_strings() {
     );
     assert!(matches!(
         limits[2].algorithm,
-        Algorithm::LeakyBucket { max_delay_us: 0, .. }
+        Algorithm::LeakyBucket {
+            max_delay_us: 0,
+            ..
+        }
     ));
 }
 
@@ -511,7 +540,10 @@ fn parameter_of_another_algorithm_says_what_this_one_takes() {
     );
     assert_says(
         &msg,
-        &["does not apply to a token_bucket limit", "capacity, refill_per_second"],
+        &[
+            "does not apply to a token_bucket limit",
+            "capacity, refill_per_second",
+        ],
     );
 }
 
@@ -548,7 +580,7 @@ fn duplicate_tier_names_point_at_the_second_name() {
         "tiers[1].name",
         6,
     );
-    assert_says(&msg, &["duplicate tier name \"free\"", "must be unique"]);
+    assert_says(&msg, &["repeats the tier name \"free\"", "must be unique"]);
 }
 
 #[test]
@@ -569,7 +601,10 @@ fn duplicate_limit_names_point_at_the_second_limit() {
         "tiers[0].limits[1].name",
         9,
     );
-    assert_says(&msg, &["duplicate limit name \"burst\"", "unique within a tier"]);
+    assert_says(
+        &msg,
+        &["repeats the limit name \"burst\"", "unique within a tier"],
+    );
 }
 
 #[test]
@@ -592,7 +627,10 @@ fn route_cost_above_a_tier_capacity_points_at_the_cost() {
         "routes[0].cost",
         12,
     );
-    assert_says(&msg, &["\"burst\" of tier \"free\"", "at most 10 per request"]);
+    assert_says(
+        &msg,
+        &["\"burst\" of tier \"free\"", "at most 10 per request"],
+    );
 }
 
 #[test]
@@ -607,7 +645,10 @@ fn unknown_store_kind_lists_the_kinds() {
     );
     assert_says(
         &msg,
-        &["\"memory\", \"redis\", \"redis-cluster\"", "got \"mongodb\""],
+        &[
+            "\"memory\", \"redis\", \"redis-cluster\"",
+            "got \"mongodb\"",
+        ],
     );
 }
 
@@ -624,7 +665,10 @@ fn bad_cidr_names_the_element_and_shows_valid_forms() {
         "identity.trusted_proxies[1]",
         4,
     );
-    assert_says(&msg, &["got \"10.0.0/8\"", "\"10.0.0.0/8\"", "\"127.0.0.1\""]);
+    assert_says(
+        &msg,
+        &["got \"10.0.0/8\"", "\"10.0.0.0/8\"", "\"127.0.0.1\""],
+    );
 }
 
 #[test]
@@ -706,7 +750,7 @@ fn duplicate_key_is_a_syntax_error_on_the_second_line() {
     )
     .expect_err("duplicate key");
     assert_eq!(err.line(), Some(3));
-    assert!(err.to_string().contains("duplicate key"), "{err}");
+    assert!(err.to_string().contains("duplicate key `kind`"), "{err}");
 }
 
 #[test]
@@ -765,4 +809,43 @@ fn tier_without_a_name_points_at_its_header() {
         4,
     );
     assert_says(&msg, &["is required"]);
+}
+
+#[test]
+fn route_limit_smaller_than_the_route_cost_points_at_its_capacity() {
+    let msg = error_of(
+        r#"
+        [[routes]]
+        path = "/api/export"
+        cost = 5
+        limits = [
+          { name = "exports", algorithm = "token_bucket", capacity = 3, refill_per_second = 1 },
+        ]
+        "#,
+        "routes[0].limits[0].capacity",
+        5,
+    );
+    assert_says(&msg, &["is 3, below the route's cost 5"]);
+}
+
+#[test]
+fn tiers_given_as_a_string_must_be_an_array_of_tables() {
+    let msg = error_of(
+        r#"
+        tiers = "free"
+        "#,
+        "tiers",
+        1,
+    );
+    assert_says(&msg, &["must be an array of tables", "the string \"free\""]);
+}
+
+#[test]
+fn missing_file_is_an_io_error_naming_the_path() {
+    let err = Policy::from_toml_file("/nonexistent/ratewatch.toml").expect_err("no such file");
+    assert!(matches!(err, ConfigError::Io { .. }));
+    assert!(
+        err.to_string().starts_with("/nonexistent/ratewatch.toml: "),
+        "{err}"
+    );
 }

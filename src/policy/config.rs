@@ -132,16 +132,28 @@ impl Policy {
         }
         builder.build().map_err(|err| match err {
             ConfigError::Invalid { field, message, .. } => {
-                // Validation messages may repeat the field's own name in
-                // backticks; the path already says it.
-                let last = field.rsplit('.').next().unwrap_or(&field);
-                let message = message
-                    .strip_prefix(&format!("`{last}` "))
-                    .map_or_else(|| message.clone(), str::to_owned);
+                let message = after_field(&field, &message);
                 src.error(src.locate(&doc, &field), field, message)
             }
             other => other,
         })
+    }
+}
+
+/// Rewords a validation message to follow the field's path, as in
+/// `` `routes[0].cost` 50 exceeds ... ``: validation messages may start by
+/// naming the field themselves, which the path already does.
+fn after_field(field: &str, message: &str) -> String {
+    let last = field.rsplit('.').next().unwrap_or(field);
+    let last = last.split('[').next().unwrap_or(last);
+    if let Some(rest) = message.strip_prefix(&format!("`{last}` ")) {
+        rest.to_owned()
+    } else if let Some(rest) = message.strip_prefix(&format!("{last} ")) {
+        rest.to_owned()
+    } else if let Some(rest) = message.strip_prefix("duplicate ") {
+        format!("repeats the {rest}")
+    } else {
+        message.to_owned()
     }
 }
 
@@ -152,9 +164,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("\"{s}\" is not a duration; write a number and a unit, like \"60s\""))?;
+    let n: f64 = num.parse().map_err(|_| {
+        format!("\"{s}\" is not a duration; write a number and a unit, like \"60s\"")
+    })?;
     let secs = match unit.trim() {
         "ms" => n / 1000.0,
         "s" | "" => n,

@@ -57,6 +57,18 @@ impl<'a> Source<'a> {
             .filter(|l| !l.is_empty())
             .collect::<Vec<_>>()
             .join("; ");
+        // Name the key a duplicate-key error is about: the parser only
+        // points at it.
+        let key = err
+            .span()
+            .and_then(|s| self.text.get(s))
+            .filter(|k| !k.is_empty() && !k.contains('\n'));
+        let message = match key {
+            Some(key) if message == "duplicate key" => {
+                format!("duplicate key `{key}`; a key may be set only once per table")
+            }
+            _ => message,
+        };
         self.error(offset, "", format!("TOML syntax error: {message}"))
     }
 
@@ -145,7 +157,9 @@ impl<'a> Table<'a> {
     pub(super) fn only(&self, allowed: &[&str], what: &str) -> Result<()> {
         for (key, at) in self.keys() {
             if !allowed.contains(&key) {
-                return Err(self.src.error(at, self.field(key), unknown_key(key, allowed, what)));
+                return Err(self
+                    .src
+                    .error(at, self.field(key), unknown_key(key, allowed, what)));
             }
         }
         Ok(())
@@ -329,14 +343,23 @@ impl<'a> Value<'a> {
     /// A duration: a string such as `"60s"`, or whole seconds. `zero_ok`
     /// admits `"0s"` / `0`.
     pub(super) fn as_duration(&self, zero_ok: bool) -> Result<Duration> {
-        const EXAMPLES: &str = "a duration such as \"500ms\", \"60s\", \"5m\", \"1h\" or \"1d\", or whole seconds";
+        const EXAMPLES: &str =
+            "a duration such as \"500ms\", \"60s\", \"5m\", \"1h\" or \"1d\", or whole seconds";
         let min = u64::from(!zero_ok);
         let d = match self.value.get_ref() {
-            DeValue::Integer(_) => Duration::from_secs(self.as_uint(min, u64::MAX).map_err(|_| {
-                let got = self.as_number().map_or_else(|_| "?".into(), |n| n.to_string());
-                let least = if zero_ok { "0" } else { "above 0" };
-                self.error(format!("must be {least}: {EXAMPLES}; got {got}"))
-            })?),
+            DeValue::Integer(_) => match self.as_number()? {
+                n if n >= min as f64 => Duration::from_secs(self.as_uint(min, u64::MAX)?),
+                n if zero_ok => {
+                    return Err(
+                        self.error(format!("must not be negative, got {n}; write {EXAMPLES}"))
+                    );
+                }
+                n => {
+                    return Err(self.error(format!(
+                        "must be longer than zero, got {n}; write {EXAMPLES}"
+                    )));
+                }
+            },
             DeValue::String(s) if zero_ok && is_zero_duration(s) => Duration::ZERO,
             DeValue::String(s) if is_zero_duration(s) => {
                 return Err(self.error(format!(
@@ -411,7 +434,7 @@ pub(super) fn unknown_key(key: &str, allowed: &[&str], what: &str) -> String {
     let near = allowed
         .iter()
         .map(|a| (edit_distance(key, a), *a))
-        .filter(|&(d, a)| d <= 2.max(a.len() / 4))
+        .filter(|&(d, a)| d <= 2.max(a.len() / 3))
         .min_by_key(|&(d, _)| d);
     let hint = near.map_or(String::new(), |(_, a)| format!(" (did you mean `{a}`?)"));
     format!(
@@ -427,7 +450,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
         let mut diag = row[0];
         row[0] = i + 1;
         for (j, &cb) in b.iter().enumerate() {
-            let next = (diag + usize::from(ca != cb)).min(row[j] + 1).min(row[j + 1] + 1);
+            let next = (diag + usize::from(ca != cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
             diag = row[j + 1];
             row[j + 1] = next;
         }

@@ -12,7 +12,10 @@ const ALGORITHMS: [(&str, &[&str]); 6] = [
     ("sliding_log", &["limit", "window"]),
     ("fixed_window", &["limit", "window"]),
     ("gcra", &["rate_per_second", "burst"]),
-    ("leaky_bucket", &["rate_per_second", "capacity", "max_delay"]),
+    (
+        "leaky_bucket",
+        &["rate_per_second", "capacity", "max_delay"],
+    ),
 ];
 
 /// Keys every limit may have, whatever its algorithm.
@@ -31,7 +34,14 @@ pub(super) fn tier(t: &Table<'_>) -> Result<Tier> {
 
 pub(super) fn route(t: &Table<'_>) -> Result<RouteRule> {
     t.only(
-        &["method", "path", "cost", "on_store_failure", "exempt", "limits"],
+        &[
+            "method",
+            "path",
+            "cost",
+            "on_store_failure",
+            "exempt",
+            "limits",
+        ],
         "a route",
     )?;
     let method = t.str("method")?.unwrap_or("*");
@@ -41,7 +51,10 @@ pub(super) fn route(t: &Table<'_>) -> Result<RouteRule> {
             format!("must be an HTTP method such as \"GET\" or \"POST\", or \"*\" for any, got \"{method}\""),
         ));
     }
-    let path = t.required_str("path", "the path pattern the rule matches, like \"/api/export\"")?;
+    let path = t.required_str(
+        "path",
+        "the path pattern the rule matches, like \"/api/export\"",
+    )?;
     let mut route = RouteRule::new(method, path);
     if let Some(cost) = t.uint("cost", 1, u64::MAX)? {
         route.cost = cost;
@@ -70,10 +83,7 @@ fn limit(t: &Table<'_>) -> Result<Limit> {
     };
     let kind = algorithm.as_str()?;
     let Some(&(kind, params)) = ALGORITHMS.iter().find(|(n, _)| *n == kind) else {
-        return Err(algorithm.error(format!(
-            "must be one of {}, got \"{kind}\"",
-            names()
-        )));
+        return Err(algorithm.error(format!("must be one of {}, got \"{kind}\"", names())));
     };
     for (key, _) in t.keys() {
         if COMMON.contains(&key) || params.contains(&key) {
@@ -100,7 +110,8 @@ fn limit(t: &Table<'_>) -> Result<Limit> {
     };
     let count = |key: &str| need(key)?.as_uint(1, u64::MAX);
     let rate = |key: &str| need(key)?.as_rate();
-    let window_us = || Ok::<_, super::ConfigError>(need("window")?.as_duration(false)?.as_micros() as u64);
+    let window_us =
+        || Ok::<_, super::ConfigError>(need("window")?.as_duration(false)?.as_micros() as u64);
     let algorithm = match kind {
         "token_bucket" => Algorithm::TokenBucket {
             capacity: count("capacity")?,

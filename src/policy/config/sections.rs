@@ -18,7 +18,10 @@ pub(super) const FAILURE_POLICIES: [(&str, FailurePolicy); 3] = [
 pub(super) fn store(t: Option<Table<'_>>) -> Result<StoreSettings> {
     let mut s = StoreSettings::default();
     let Some(t) = t else { return Ok(s) };
-    t.only(&["kind", "url", "nodes", "timeout_ms", "key_prefix"], "[store]")?;
+    t.only(
+        &["kind", "url", "nodes", "timeout_ms", "key_prefix"],
+        "[store]",
+    )?;
     let kinds = [
         ("memory", StoreKind::Memory),
         ("redis", StoreKind::Redis),
