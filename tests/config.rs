@@ -849,3 +849,38 @@ fn missing_file_is_an_io_error_naming_the_path() {
         "{err}"
     );
 }
+
+#[test]
+fn misspelt_limit_name_key_is_reported_before_the_missing_name() {
+    let msg = error_of(
+        r#"
+        [[tiers]]
+        name = "free"
+        limits = [{ nmae = "burst", algorithm = "token_bucket", capacity = 10, refill_per_second = 1 }]
+        "#,
+        "tiers[0].limits[0].nmae",
+        3,
+    );
+    assert_says(&msg, &["did you mean `name`"]);
+}
+
+#[test]
+fn integers_may_use_underscores_and_hex() {
+    let policy = load(
+        r#"
+        [identity]
+        default_tier = "t"
+        anonymous_tier = "t"
+        [[tiers]]
+        name = "t"
+        limits = [
+          { name = "day", algorithm = "fixed_window", limit = 1_000_000, window = 86_400 },
+          { name = "burst", algorithm = "gcra", rate_per_second = 5, burst = 0x10 },
+        ]
+        "#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(policy.tiers[0].limits[0].algorithm.quota(), 1_000_000);
+    assert_eq!(policy.tiers[0].limits[0].algorithm.window_secs(), 86_400);
+    assert_eq!(policy.tiers[0].limits[1].algorithm.quota(), 16);
+}

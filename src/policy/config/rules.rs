@@ -21,6 +21,21 @@ const ALGORITHMS: [(&str, &[&str]); 6] = [
 /// Keys every limit may have, whatever its algorithm.
 const COMMON: [&str; 4] = ["name", "algorithm", "shadow", "scope"];
 
+/// Every key some limit may have.
+const ANY_LIMIT_KEY: [&str; 11] = [
+    "name",
+    "algorithm",
+    "shadow",
+    "scope",
+    "capacity",
+    "refill_per_second",
+    "limit",
+    "window",
+    "rate_per_second",
+    "burst",
+    "max_delay",
+];
+
 pub(super) fn tier(t: &Table<'_>) -> Result<Tier> {
     t.only(&["name", "match_prefix", "split", "limits"], "a tier")?;
     let mut tier = Tier::new(t.required_str("name", "every tier needs a name, like \"free\"")?);
@@ -70,7 +85,6 @@ fn limits(t: &Table<'_>) -> Result<Vec<Limit>> {
 }
 
 fn limit(t: &Table<'_>) -> Result<Limit> {
-    let name = t.required_str("name", "every limit needs a name, like \"burst\"")?;
     let names = || {
         ALGORITHMS
             .iter()
@@ -78,28 +92,48 @@ fn limit(t: &Table<'_>) -> Result<Limit> {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let Some(algorithm) = t.get("algorithm") else {
+    let algorithm = t.get("algorithm");
+    let known = match &algorithm {
+        Some(a) => ALGORITHMS
+            .iter()
+            .find(|(n, _)| a.as_str().is_ok_and(|s| s == *n)),
+        None => None,
+    };
+    // A misspelt key is reported first: it may be the name or algorithm
+    // that looks missing.
+    for (key, _) in t.keys() {
+        if !ANY_LIMIT_KEY.contains(&key) {
+            let (allowed, what): (Vec<&str>, String) = match known {
+                Some(&(kind, params)) => (
+                    COMMON.iter().chain(params).copied().collect(),
+                    format!("a {kind} limit"),
+                ),
+                None => (ANY_LIMIT_KEY.to_vec(), "a limit".to_owned()),
+            };
+            return Err(t.error_at(key, unknown_key(key, &allowed, &what)));
+        }
+    }
+    let Some(algorithm) = algorithm else {
         return Err(t.missing("algorithm", format!("is required; one of {}", names())));
     };
     let kind = algorithm.as_str()?;
-    let Some(&(kind, params)) = ALGORITHMS.iter().find(|(n, _)| *n == kind) else {
+    let Some(&(kind, params)) = known else {
         return Err(algorithm.error(format!("must be one of {}, got \"{kind}\"", names())));
     };
-    for (key, _) in t.keys() {
-        if COMMON.contains(&key) || params.contains(&key) {
-            continue;
-        }
-        let message = if ALGORITHMS.iter().any(|(_, p)| p.contains(&key)) {
+    if let Some((key, _)) = t
+        .keys()
+        .into_iter()
+        .find(|(key, _)| !COMMON.contains(key) && !params.contains(key))
+    {
+        return Err(t.error_at(
+            key,
             format!(
                 "does not apply to a {kind} limit, which takes {}",
                 params.join(", ")
-            )
-        } else {
-            let allowed: Vec<&str> = COMMON.iter().chain(params.iter()).copied().collect();
-            unknown_key(key, &allowed, &format!("a {kind} limit"))
-        };
-        return Err(t.error_at(key, message));
+            ),
+        ));
     }
+    let name = t.required_str("name", "every limit needs a name, like \"burst\"")?;
     let need = |key: &str| {
         t.get(key).ok_or_else(|| {
             t.missing(
@@ -151,4 +185,23 @@ fn limit(t: &Table<'_>) -> Result<Limit> {
     ];
     limit.scope = t.choice("scope", &scopes)?.unwrap_or_default();
     Ok(limit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_limit_key_holds_exactly_the_common_keys_and_every_parameter() {
+        let mut expected: Vec<&str> = COMMON.to_vec();
+        for (_, params) in ALGORITHMS {
+            expected.extend(
+                params
+                    .iter()
+                    .filter(|p| !expected.contains(p))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        assert_eq!(ANY_LIMIT_KEY.to_vec(), expected);
+    }
 }
