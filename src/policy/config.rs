@@ -6,6 +6,24 @@ use std::time::Duration;
 
 use super::Policy;
 
+mod reader;
+mod rules;
+mod sections;
+
+use reader::{Source, Table};
+
+/// Top-level keys of a policy file.
+const TOP_LEVEL: [&str; 8] = [
+    "partition",
+    "store",
+    "resilience",
+    "identity",
+    "telemetry",
+    "dashboard",
+    "tiers",
+    "routes",
+];
+
 /// Why a policy could not be loaded.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -32,20 +50,29 @@ pub enum ConfigError {
     },
 }
 
+/// `file:line: `field` message`, as a compiler would print it; an error
+/// about no single field (a syntax error) prints the message alone.
 fn display_invalid(file: Option<&str>, line: Option<usize>, field: &str, message: &str) -> String {
-    match (file, line) {
-        (Some(f), Some(l)) => format!("{f}:{l}: `{field}` {message}"),
-        (Some(f), None) => format!("{f}: `{field}` {message}"),
-        (None, Some(l)) => format!("line {l}: `{field}` {message}"),
-        (None, None) => format!("`{field}` {message}"),
+    let at = match (file, line) {
+        (Some(f), Some(l)) => format!("{f}:{l}: "),
+        (Some(f), None) => format!("{f}: "),
+        (None, Some(l)) => format!("line {l}: "),
+        (None, None) => String::new(),
+    };
+    if field.is_empty() {
+        format!("{at}{message}")
+    } else {
+        format!("{at}`{field}` {message}")
     }
 }
 
 impl ConfigError {
-    /// The field the error is about, if any.
+    /// The field the error is about (`tiers[0].limits[1].capacity`), if
+    /// the error is about one field; a syntax error is not.
     pub fn field(&self) -> Option<&str> {
         match self {
-            ConfigError::Invalid { field, .. } => Some(field),
+            ConfigError::Invalid { field, .. } if !field.is_empty() => Some(field),
+            ConfigError::Invalid { .. } => None,
             ConfigError::Io { .. } => None,
         }
     }
@@ -72,8 +99,61 @@ impl Policy {
     }
 
     /// Parses and validates a TOML policy; `file` names it in errors.
-    pub fn from_toml_str(_text: &str, _file: Option<&str>) -> Result<Policy, ConfigError> {
-        todo!("TOML policy parsing")
+    ///
+    /// Every error is [`ConfigError::Invalid`] with the line of the field
+    /// it is about, including those found by validation after parsing.
+    ///
+    /// ```
+    /// use ratewatch::policy::Policy;
+    /// let err = Policy::from_toml_str("[store]\nkind = \"mongo\"\n", Some("ratewatch.toml"))
+    ///     .unwrap_err();
+    /// assert_eq!(err.line(), Some(2));
+    /// assert_eq!(err.field(), Some("store.kind"));
+    /// ```
+    pub fn from_toml_str(text: &str, file: Option<&str>) -> Result<Policy, ConfigError> {
+        let src = Source::new(text, file);
+        let doc = toml::de::DeTable::parse(text).map_err(|e| src.syntax(&e))?;
+        let root = Table::root(src, &doc);
+        root.only(&TOP_LEVEL, "a ratewatch policy")?;
+        let mut builder = Policy::builder()
+            .store(sections::store(root.table("store")?)?)
+            .resilience(sections::resilience(root.table("resilience")?)?)
+            .identity(sections::identity(root.table("identity")?)?)
+            .telemetry(sections::telemetry(root.table("telemetry")?)?)
+            .dashboard(sections::dashboard(root.table("dashboard")?)?);
+        if let Some(fraction) = root.number("partition")? {
+            builder = builder.partition(fraction);
+        }
+        for tier in root.tables("tiers")? {
+            builder = builder.tier(rules::tier(&tier)?);
+        }
+        for route in root.tables("routes")? {
+            builder = builder.route(rules::route(&route)?);
+        }
+        builder.build().map_err(|err| match err {
+            ConfigError::Invalid { field, message, .. } => {
+                let message = after_field(&field, &message);
+                src.error(src.locate(&doc, &field), field, message)
+            }
+            other => other,
+        })
+    }
+}
+
+/// Rewords a validation message to follow the field's path, as in
+/// `` `routes[0].cost` 50 exceeds ... ``: validation messages may start by
+/// naming the field themselves, which the path already does.
+fn after_field(field: &str, message: &str) -> String {
+    let last = field.rsplit('.').next().unwrap_or(field);
+    let last = last.split('[').next().unwrap_or(last);
+    if let Some(rest) = message.strip_prefix(&format!("`{last}` ")) {
+        rest.to_owned()
+    } else if let Some(rest) = message.strip_prefix(&format!("{last} ")) {
+        rest.to_owned()
+    } else if let Some(rest) = message.strip_prefix("duplicate ") {
+        format!("repeats the {rest}")
+    } else {
+        message.to_owned()
     }
 }
 

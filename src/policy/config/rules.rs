@@ -1,0 +1,207 @@
+//! `[[tiers]]`, `[[routes]]` and the limits inside them.
+
+use super::reader::{Result, Table, unknown_key};
+use super::sections::FAILURE_POLICIES;
+use crate::algorithm::Algorithm;
+use crate::policy::{Limit, RouteRule, Scope, Tier};
+
+/// Each algorithm's config name and the parameters it takes.
+const ALGORITHMS: [(&str, &[&str]); 6] = [
+    ("token_bucket", &["capacity", "refill_per_second"]),
+    ("sliding_window", &["limit", "window"]),
+    ("sliding_log", &["limit", "window"]),
+    ("fixed_window", &["limit", "window"]),
+    ("gcra", &["rate_per_second", "burst"]),
+    (
+        "leaky_bucket",
+        &["rate_per_second", "capacity", "max_delay"],
+    ),
+];
+
+/// Keys every limit may have, whatever its algorithm.
+const COMMON: [&str; 4] = ["name", "algorithm", "shadow", "scope"];
+
+/// Every key some limit may have.
+const ANY_LIMIT_KEY: [&str; 11] = [
+    "name",
+    "algorithm",
+    "shadow",
+    "scope",
+    "capacity",
+    "refill_per_second",
+    "limit",
+    "window",
+    "rate_per_second",
+    "burst",
+    "max_delay",
+];
+
+pub(super) fn tier(t: &Table<'_>) -> Result<Tier> {
+    t.only(&["name", "match_prefix", "split", "limits"], "a tier")?;
+    let mut tier = Tier::new(t.required_str("name", "every tier needs a name, like \"free\"")?);
+    tier.match_prefix = t.str("match_prefix")?.map(str::to_owned);
+    if let Some(n) = t.uint("split", 1, 64)? {
+        tier.split = n as u32;
+    }
+    tier.limits = limits(t)?;
+    Ok(tier)
+}
+
+pub(super) fn route(t: &Table<'_>) -> Result<RouteRule> {
+    t.only(
+        &[
+            "method",
+            "path",
+            "cost",
+            "on_store_failure",
+            "exempt",
+            "limits",
+        ],
+        "a route",
+    )?;
+    let method = t.str("method")?.unwrap_or("*");
+    if method != "*" && (method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic())) {
+        return Err(t.error_at(
+            "method",
+            format!("must be an HTTP method such as \"GET\" or \"POST\", or \"*\" for any, got \"{method}\""),
+        ));
+    }
+    let path = t.required_str(
+        "path",
+        "the path pattern the rule matches, like \"/api/export\"",
+    )?;
+    let mut route = RouteRule::new(method, path);
+    if let Some(cost) = t.uint("cost", 1, u64::MAX)? {
+        route.cost = cost;
+    }
+    route.on_store_failure = t.choice("on_store_failure", &FAILURE_POLICIES)?;
+    route.exempt = t.bool("exempt")?.unwrap_or(false);
+    route.limits = limits(t)?;
+    Ok(route)
+}
+
+fn limits(t: &Table<'_>) -> Result<Vec<Limit>> {
+    t.tables("limits")?.iter().map(limit).collect()
+}
+
+fn limit(t: &Table<'_>) -> Result<Limit> {
+    let names = || {
+        ALGORITHMS
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let algorithm = t.get("algorithm");
+    let known = match &algorithm {
+        Some(a) => ALGORITHMS
+            .iter()
+            .find(|(n, _)| a.as_str().is_ok_and(|s| s == *n)),
+        None => None,
+    };
+    // A misspelt key is reported first: it may be the name or algorithm
+    // that looks missing.
+    for (key, _) in t.keys() {
+        if !ANY_LIMIT_KEY.contains(&key) {
+            let (allowed, what): (Vec<&str>, String) = match known {
+                Some(&(kind, params)) => (
+                    COMMON.iter().chain(params).copied().collect(),
+                    format!("a {kind} limit"),
+                ),
+                None => (ANY_LIMIT_KEY.to_vec(), "a limit".to_owned()),
+            };
+            return Err(t.error_at(key, unknown_key(key, &allowed, &what)));
+        }
+    }
+    let Some(algorithm) = algorithm else {
+        return Err(t.missing("algorithm", format!("is required; one of {}", names())));
+    };
+    let kind = algorithm.as_str()?;
+    let Some(&(kind, params)) = known else {
+        return Err(algorithm.error(format!("must be one of {}, got \"{kind}\"", names())));
+    };
+    if let Some((key, _)) = t
+        .keys()
+        .into_iter()
+        .find(|(key, _)| !COMMON.contains(key) && !params.contains(key))
+    {
+        return Err(t.error_at(
+            key,
+            format!(
+                "does not apply to a {kind} limit, which takes {}",
+                params.join(", ")
+            ),
+        ));
+    }
+    let name = t.required_str("name", "every limit needs a name, like \"burst\"")?;
+    let need = |key: &str| {
+        t.get(key).ok_or_else(|| {
+            t.missing(
+                key,
+                format!("is required: a {kind} limit takes {}", params.join(", ")),
+            )
+        })
+    };
+    let count = |key: &str| need(key)?.as_uint(1, u64::MAX);
+    let rate = |key: &str| need(key)?.as_rate();
+    let window_us =
+        || Ok::<_, super::ConfigError>(need("window")?.as_duration(false)?.as_micros() as u64);
+    let algorithm = match kind {
+        "token_bucket" => Algorithm::TokenBucket {
+            capacity: count("capacity")?,
+            refill_per_second: rate("refill_per_second")?,
+        },
+        "sliding_window" => Algorithm::SlidingWindow {
+            limit: count("limit")?,
+            window_us: window_us()?,
+        },
+        "sliding_log" => Algorithm::SlidingLog {
+            limit: count("limit")?,
+            window_us: window_us()?,
+        },
+        "fixed_window" => Algorithm::FixedWindow {
+            limit: count("limit")?,
+            window_us: window_us()?,
+        },
+        "gcra" => Algorithm::Gcra {
+            rate_per_second: rate("rate_per_second")?,
+            burst: count("burst")?,
+        },
+        _ => Algorithm::LeakyBucket {
+            rate_per_second: rate("rate_per_second")?,
+            capacity: count("capacity")?,
+            max_delay_us: match t.get("max_delay") {
+                Some(v) => v.as_duration(true)?.as_micros() as u64,
+                None => 0,
+            },
+        },
+    };
+    let mut limit = Limit::new(name, algorithm);
+    limit.shadow = t.bool("shadow")?.unwrap_or(false);
+    let scopes = [
+        ("identity", Scope::Identity),
+        ("ip", Scope::Ip),
+        ("route", Scope::Route),
+    ];
+    limit.scope = t.choice("scope", &scopes)?.unwrap_or_default();
+    Ok(limit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_limit_key_holds_exactly_the_common_keys_and_every_parameter() {
+        let mut expected: Vec<&str> = COMMON.to_vec();
+        for (_, params) in ALGORITHMS {
+            expected.extend(
+                params
+                    .iter()
+                    .filter(|p| !expected.contains(p))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        assert_eq!(ANY_LIMIT_KEY.to_vec(), expected);
+    }
+}

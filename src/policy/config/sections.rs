@@ -1,0 +1,191 @@
+//! The settings sections: `[store]`, `[resilience]`, `[identity]`,
+//! `[telemetry]` and `[dashboard]`. A missing key keeps its default.
+
+use std::net::IpAddr;
+
+use super::reader::{Result, Table};
+use crate::policy::{
+    AnonymousMode, DashboardSettings, FailurePolicy, IdentitySettings, IpNet, KeyDisplay,
+    ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings,
+};
+
+pub(super) const FAILURE_POLICIES: [(&str, FailurePolicy); 3] = [
+    ("open", FailurePolicy::Open),
+    ("closed", FailurePolicy::Closed),
+    ("local", FailurePolicy::Local),
+];
+
+pub(super) fn store(t: Option<Table<'_>>) -> Result<StoreSettings> {
+    let mut s = StoreSettings::default();
+    let Some(t) = t else { return Ok(s) };
+    t.only(
+        &["kind", "url", "nodes", "timeout_ms", "key_prefix"],
+        "[store]",
+    )?;
+    let kinds = [
+        ("memory", StoreKind::Memory),
+        ("redis", StoreKind::Redis),
+        ("redis-cluster", StoreKind::RedisCluster),
+    ];
+    if let Some(kind) = t.choice("kind", &kinds)? {
+        s.kind = kind;
+    }
+    s.url = t.str("url")?.map(str::to_owned);
+    s.nodes = t
+        .items("nodes", "an array of Redis URLs")?
+        .iter()
+        .map(|v| v.as_str().map(str::to_owned))
+        .collect::<Result<_>>()?;
+    if let Some(timeout) = t.millis("timeout_ms", 1)? {
+        s.timeout = timeout;
+    }
+    if let Some(prefix) = t.str("key_prefix")? {
+        s.key_prefix = prefix.to_owned();
+    }
+    Ok(s)
+}
+
+pub(super) fn resilience(t: Option<Table<'_>>) -> Result<ResilienceSettings> {
+    let mut r = ResilienceSettings::default();
+    let Some(t) = t else { return Ok(r) };
+    t.only(
+        &[
+            "on_store_failure",
+            "breaker",
+            "expected_instances",
+            "retry_after_jitter_ms",
+        ],
+        "[resilience]",
+    )?;
+    if let Some(p) = t.choice("on_store_failure", &FAILURE_POLICIES)? {
+        r.on_store_failure = p;
+    }
+    if let Some(b) = t.table("breaker")? {
+        b.only(
+            &["failures", "open_ms", "failure_ratio", "window"],
+            "the breaker",
+        )?;
+        let max = u64::from(u32::MAX);
+        if let Some(n) = b.uint("failures", 1, max)? {
+            r.breaker.failures = n as u32;
+        }
+        if let Some(open) = b.millis("open_ms", 1)? {
+            r.breaker.open = open;
+        }
+        if let Some(ratio) = b.number("failure_ratio")? {
+            r.breaker.failure_ratio = ratio;
+        }
+        if let Some(n) = b.uint("window", 1, max)? {
+            r.breaker.window = n as u32;
+        }
+    }
+    if let Some(n) = t.uint("expected_instances", 1, u64::from(u32::MAX))? {
+        r.expected_instances = n as u32;
+    }
+    if let Some(jitter) = t.millis("retry_after_jitter_ms", 0)? {
+        r.retry_after_jitter = jitter;
+    }
+    Ok(r)
+}
+
+pub(super) fn identity(t: Option<Table<'_>>) -> Result<IdentitySettings> {
+    let mut id = IdentitySettings::default();
+    let Some(t) = t else { return Ok(id) };
+    t.only(
+        &[
+            "api_key_header",
+            "bearer",
+            "anonymous",
+            "anonymous_tier",
+            "default_tier",
+            "trusted_proxies",
+            "max_key_len",
+        ],
+        "[identity]",
+    )?;
+    if let Some(h) = t.str("api_key_header")? {
+        id.api_key_header = h.to_ascii_lowercase();
+    }
+    if let Some(b) = t.bool("bearer")? {
+        id.bearer = b;
+    }
+    let modes = [("ip", AnonymousMode::Ip), ("reject", AnonymousMode::Reject)];
+    if let Some(m) = t.choice("anonymous", &modes)? {
+        id.anonymous = m;
+    }
+    if let Some(tier) = t.str("anonymous_tier")? {
+        id.anonymous_tier = tier.to_owned();
+    }
+    if let Some(tier) = t.str("default_tier")? {
+        id.default_tier = tier.to_owned();
+    }
+    if t.get("trusted_proxies").is_some() {
+        id.trusted_proxies = t
+            .items("trusted_proxies", "an array of CIDRs or IP addresses")?
+            .iter()
+            .map(|v| {
+                let s = v.as_str()?.trim();
+                parse_net(s).ok_or_else(|| {
+                    v.error(format!(
+                        "must be a CIDR such as \"10.0.0.0/8\" or \"fd00::/8\", or a bare IP such as \"127.0.0.1\", got \"{s}\""
+                    ))
+                })
+            })
+            .collect::<Result<_>>()?;
+    }
+    if let Some(n) = t.uint("max_key_len", 1, u64::from(u32::MAX))? {
+        id.max_key_len = n as usize;
+    }
+    Ok(id)
+}
+
+fn parse_net(s: &str) -> Option<IpNet> {
+    if s.contains('/') {
+        s.parse().ok()
+    } else {
+        s.parse::<IpAddr>().ok().map(IpNet::from)
+    }
+}
+
+pub(super) fn telemetry(t: Option<Table<'_>>) -> Result<TelemetrySettings> {
+    let mut tm = TelemetrySettings::default();
+    let Some(t) = t else { return Ok(tm) };
+    t.only(
+        &["flush_interval_ms", "top_keys", "key_display"],
+        "[telemetry]",
+    )?;
+    if let Some(every) = t.millis("flush_interval_ms", 10)? {
+        tm.flush_interval = every;
+    }
+    if let Some(n) = t.uint("top_keys", 1, 10_000)? {
+        tm.top_keys = n as usize;
+    }
+    let displays = [
+        ("masked", KeyDisplay::Masked),
+        ("hashed", KeyDisplay::Hashed),
+        ("raw", KeyDisplay::Raw),
+    ];
+    if let Some(d) = t.choice("key_display", &displays)? {
+        tm.key_display = d;
+    }
+    Ok(tm)
+}
+
+pub(super) fn dashboard(t: Option<Table<'_>>) -> Result<DashboardSettings> {
+    let mut d = DashboardSettings::default();
+    let Some(t) = t else { return Ok(d) };
+    t.only(&["enabled", "token"], "[dashboard]")?;
+    if let Some(enabled) = t.bool("enabled")? {
+        d.enabled = enabled;
+    }
+    if let Some(token) = t.str("token")? {
+        if token.is_empty() {
+            return Err(t.error_at(
+                "token",
+                "must not be empty; remove it to serve the dashboard without a token",
+            ));
+        }
+        d.token = Some(token.to_owned());
+    }
+    Ok(d)
+}
