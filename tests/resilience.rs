@@ -1,0 +1,232 @@
+//! Faults against real redis-server processes, under concurrent load:
+//! every request still gets a prompt, declared answer.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use http::Request;
+use ratewatch::policy::{
+    BreakerSettings, FailurePolicy, Limit, Policy, ResilienceSettings, RouteRule, StoreKind,
+    StoreSettings, Tier,
+};
+use ratewatch::{Limiter, server};
+use support::{RedisCluster, RedisServer};
+use tower::ServiceExt;
+
+const TIMEOUT: Duration = Duration::from_millis(50);
+
+fn policy(store: StoreSettings, default: FailurePolicy, breaker_failures: u32) -> Policy {
+    Policy::builder()
+        .store(store)
+        .resilience(ResilienceSettings {
+            on_store_failure: default,
+            breaker: BreakerSettings {
+                failures: breaker_failures,
+                open: Duration::from_millis(500),
+                ..Default::default()
+            },
+            expected_instances: 4,
+            ..Default::default()
+        })
+        .tier(
+            Tier::new("free")
+                .match_prefix("free_")
+                .limit(Limit::token_bucket("burst", 40, 0.000001)),
+        )
+        .tier(Tier::new("anonymous").limit(Limit::token_bucket("burst", 40, 0.000001)))
+        .route(RouteRule::new("POST", "/api/export").on_store_failure(FailurePolicy::Closed))
+        .build()
+        .expect("valid policy")
+}
+
+fn redis_store(url: String) -> StoreSettings {
+    StoreSettings {
+        kind: StoreKind::Redis,
+        url: Some(url),
+        timeout: TIMEOUT,
+        ..Default::default()
+    }
+}
+
+async fn app(p: Policy) -> (Router, Limiter) {
+    let limiter = Limiter::new(p).await.expect("limiter starts even if Redis is down");
+    (server::app(limiter.clone()), limiter)
+}
+
+async fn send(app: &Router, method: &str, path: &str, key: &str) -> (u16, Duration, http::HeaderMap) {
+    let req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("x-api-key", key)
+        .body(Body::empty())
+        .unwrap();
+    let started = Instant::now();
+    let res = app.clone().oneshot(req).await.unwrap();
+    (res.status().as_u16(), started.elapsed(), res.headers().clone())
+}
+
+/// Sends `n` concurrent requests and returns their statuses and latencies.
+async fn burst(app: &Router, method: &'static str, path: &'static str, keys: usize, n: usize) -> Vec<(u16, Duration, http::HeaderMap)> {
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let app = app.clone();
+        tasks.push(tokio::spawn(async move {
+            send(&app, method, path, &format!("free_client_{}", i % keys)).await
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_redis_gets_prompt_answers_by_policy() {
+    let mut redis = RedisServer::start();
+    let (app, _) = app(policy(redis_store(redis.url()), FailurePolicy::Open, 5)).await;
+    assert_eq!(send(&app, "GET", "/api/users", "free_warm").await.0, 200);
+    redis.kill();
+
+    let open = burst(&app, "GET", "/api/users", 10, 200).await;
+    let bound = TIMEOUT + Duration::from_millis(100);
+    for (status, took, _) in &open {
+        assert_eq!(*status, 200, "fail-open routes let traffic through");
+        assert!(*took < bound, "answered in {took:?}, over {bound:?}");
+    }
+    let closed = burst(&app, "POST", "/api/export", 10, 100).await;
+    for (status, took, headers) in &closed {
+        assert_eq!(*status, 503, "fail-closed routes refuse");
+        assert!(headers.contains_key("retry-after"));
+        assert!(*took < bound, "answered in {took:?}, over {bound:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_local_fallback_admits_no_more_than_its_share() {
+    let mut redis = RedisServer::start();
+    let (app, _) = app(policy(redis_store(redis.url()), FailurePolicy::Local, 5)).await;
+    redis.kill();
+    let results = burst(&app, "GET", "/api/users", 1, 100).await;
+    let admitted = results.iter().filter(|r| r.0 == 200).count();
+    // 40 per identity across 4 expected instances: this one may admit 10.
+    assert_eq!(admitted, 10, "local fallback admits exactly limit / expected_instances");
+    assert!(results.iter().all(|r| r.0 == 200 || r.0 == 429));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frozen_redis_trips_the_breaker_and_receives_no_calls_until_the_probe() {
+    let redis = RedisServer::start();
+    let (app, _) = app(policy(redis_store(redis.url()), FailurePolicy::Open, 5)).await;
+    assert_eq!(send(&app, "GET", "/api/users", "free_warm").await.0, 200);
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    redis.pause();
+    // Sequential requests: the first five time out, then the breaker opens
+    // and the rest are answered without calling Redis at all.
+    let started = Instant::now();
+    for _ in 0..50 {
+        let (status, took, _) = send(&app, "GET", "/api/users", "free_frozen").await;
+        assert_eq!(status, 200);
+        assert!(took < TIMEOUT + Duration::from_millis(100));
+    }
+    assert!(started.elapsed() < Duration::from_millis(400), "breaker opened: later calls did not wait");
+    redis.resume();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let calls = redis.command_calls("evalsha") + redis.command_calls("eval");
+    assert_eq!(calls, 5, "only the calls before the breaker opened reached Redis");
+
+    // After open_ms a probe goes through, the breaker closes, and decisions
+    // are exact again.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for _ in 0..40 {
+        assert_eq!(send(&app, "GET", "/api/users", "free_after").await.0, 200);
+    }
+    assert_eq!(send(&app, "GET", "/api/users", "free_after").await.0, 429);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_redis_loses_its_scripts_and_no_error_reaches_a_client() {
+    let mut redis = RedisServer::start();
+    let (app, _) = app(policy(redis_store(redis.url()), FailurePolicy::Closed, 5)).await;
+    for _ in 0..10 {
+        assert_eq!(send(&app, "GET", "/api/users", "free_restart").await.0, 200);
+    }
+    redis.restart();
+    // Give the connection manager a moment to reconnect, as any client
+    // would see after a restart; then every decision is exact.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, _, _) = send(&app, "GET", "/api/users", "free_probe").await;
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "decisions never came back to Redis");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The counters were lost with the restart: a fresh identity gets exactly 40.
+    let results = burst(&app, "GET", "/api/users", 1, 60).await;
+    let ok = results.iter().filter(|r| r.0 == 200).count();
+    let limited = results.iter().filter(|r| r.0 == 429).count();
+    assert_eq!((ok, limited), (40, 20), "exact again, no 5xx");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_started_while_redis_is_down_answers_by_policy_and_connects_later() {
+    let port = support::free_port();
+    let store = redis_store(format!("redis://127.0.0.1:{port}"));
+    let (app, _) = app(policy(store, FailurePolicy::Closed, 3)).await;
+    let (status, took, _) = send(&app, "GET", "/api/users", "free_early").await;
+    assert_eq!(status, 503);
+    assert!(took < Duration::from_millis(500));
+    let _redis = RedisServer::start_on(port);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if send(&app, "GET", "/api/users", "free_early").await.0 == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never connected to the Redis that appeared");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_cluster_only_the_lost_shards_identities_fall_back() {
+    let mut cluster = RedisCluster::start();
+    let store = StoreSettings {
+        kind: StoreKind::RedisCluster,
+        nodes: cluster.urls(),
+        timeout: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let (app, limiter) = app(policy(store, FailurePolicy::Closed, 3)).await;
+    // Find identities on each master by the shard their decision names.
+    let victim = cluster.nodes[0].addr();
+    let mut on_victim = Vec::new();
+    let mut elsewhere = Vec::new();
+    for i in 0..60 {
+        let key = format!("free_spread_{i}");
+        let id = ratewatch::Identity::new(ratewatch::identity::IdentityKind::ApiKey, key.clone());
+        let d = limiter.peek(&id, "free", None).await;
+        if **d.source.shard() == *victim {
+            on_victim.push(key);
+        } else {
+            elsewhere.push(key);
+        }
+    }
+    assert!(!on_victim.is_empty() && !elsewhere.is_empty());
+    cluster.nodes[0].kill();
+    for key in elsewhere.iter().take(5) {
+        for _ in 0..40 {
+            assert_eq!(send(&app, "GET", "/api/users", key).await.0, 200, "other shards stay exact");
+        }
+        assert_eq!(send(&app, "GET", "/api/users", key).await.0, 429, "and still block at the bound");
+    }
+    for key in on_victim.iter().take(3) {
+        let (status, took, _) = send(&app, "GET", "/api/users", key).await;
+        assert_eq!(status, 503, "the lost shard's identities fail closed");
+        assert!(took < Duration::from_millis(400));
+    }
+}
