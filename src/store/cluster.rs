@@ -173,7 +173,12 @@ impl ClusterStore {
             .map(|(_, (_, master))| master.clone())
     }
 
-    async fn eval(&self, cmd: &redis::Cmd, script: &redis::Script, shard: &Arc<str>) -> Result<Value, StoreError> {
+    async fn eval(
+        &self,
+        cmd: &redis::Cmd,
+        script: &redis::Script,
+        shard: &Arc<str>,
+    ) -> Result<Value, StoreError> {
         let mut conn = self.conn.clone();
         script::eval(&mut conn, script, cmd, &self.reloads, shard)
             .await
@@ -197,12 +202,19 @@ impl ClusterStore {
         script::parse_reply(&value, items.len())
     }
 
-    async fn refund(&self, items: &[&Item], reply: &GroupReply, cost: u64) -> Result<(), StoreError> {
+    async fn refund(
+        &self,
+        items: &[&Item],
+        reply: &GroupReply,
+        cost: u64,
+    ) -> Result<(), StoreError> {
         let Some(cmd) = script::refund_cmd(&self.scripts, items, reply, cost) else {
             return Ok(());
         };
         let shard = self.shard_for(&items[0].key);
-        self.eval(&cmd, &self.scripts.refund, &shard).await.map(|_| ())
+        self.eval(&cmd, &self.scripts.refund, &shard)
+            .await
+            .map(|_| ())
     }
 
     async fn run(&self, batch: &Batch<'_>) -> Result<StoreDecision, StoreError> {
@@ -333,7 +345,10 @@ mod tests {
         // The check value of CRC16/XMODEM, and slots `CLUSTER KEYSLOT` gives.
         assert_eq!(crc16(b"123456789"), 0x31c3);
         assert_eq!(slot_of("foo"), 12182);
-        assert_eq!(slot_of("{user1000}.following"), slot_of("{user1000}.followers"));
+        assert_eq!(
+            slot_of("{user1000}.following"),
+            slot_of("{user1000}.followers")
+        );
         assert_eq!(slot_of("rw:{free:abc}:burst"), slot_of("free:abc"));
     }
 }

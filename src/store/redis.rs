@@ -65,7 +65,8 @@ impl RedisStore {
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(100));
-        let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(script::classify)?;
+        let conn =
+            ConnectionManager::new_lazy_with_config(client, config).map_err(script::classify)?;
         Ok(Self {
             conn,
             scripts: Arc::new(Scripts::new()),

@@ -234,7 +234,9 @@ pub(crate) fn parse_reply(value: &Value, n: usize) -> Result<GroupReply, StoreEr
         });
         reply.written.push(int(&f[5])? == 1);
         reply.window_start.push(int(&f[6])?);
-        reply.members.push(array(&f[7])?.iter().map(text).collect::<Result<_, _>>()?);
+        reply
+            .members
+            .push(array(&f[7])?.iter().map(text).collect::<Result<_, _>>()?);
     }
     Ok(reply)
 }

@@ -221,7 +221,10 @@ impl RedisCluster {
     /// The master serving `key`.
     pub fn node_for(&self, key: &str) -> &RedisServer {
         let out = self.nodes[0].cli(&["CLUSTER", "KEYSLOT", key]);
-        let slot: u16 = out.trim().parse().expect("CLUSTER KEYSLOT answers a number");
+        let slot: u16 = out
+            .trim()
+            .parse()
+            .expect("CLUSTER KEYSLOT answers a number");
         let slots = self.nodes[0].cli(&["CLUSTER", "SLOTS"]);
         // redis-cli prints CLUSTER SLOTS flat: start, end, ip, port, id, ...
         let lines: Vec<&str> = slots.lines().map(str::trim).collect();
