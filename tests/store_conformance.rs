@@ -404,7 +404,8 @@ async fn every_key_has_a_ttl_and_nothing_is_left_after_expiry(f: Fixture) {
     // Start early in a fixed window, so its key lives long enough to be seen.
     let into_window = f.now() % 500_000;
     if into_window > 200_000 {
-        f.wait(Duration::from_micros(500_000 - into_window + 1_000)).await;
+        f.wait(Duration::from_micros(500_000 - into_window + 1_000))
+            .await;
     }
     assert!(consume(&f, &items, 1).await.allowed);
     assert_eq!(f.live_keys(), limits.len());
