@@ -294,3 +294,97 @@ async fn a_hostile_identity_maps_to_a_normal_length_key() {
     assert!(!keys[0].contains("jjj") && !keys[0].contains("free_"));
     assert_eq!(keys::hash_tag(keys[0]).len(), "free:".len() + 24);
 }
+
+/// Prints the table of `docs/redis-memory.md`:
+/// `cargo test --test redis_store memory_per_identity -- --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_per_identity_stays_small_and_grows_only_with_a_sliding_log() {
+    let server = RedisServer::start();
+    let store = store(&server, Duration::from_secs(2)).await;
+    let w = 3_600_000_000;
+    let mut rows = Vec::new();
+    let mut usage = |item: Item, cost: u64, fill: u64| {
+        let server = &server;
+        let store = &store;
+        async move {
+            let items = [item];
+            for _ in 0..fill {
+                let d = store
+                    .decide(&Batch::consume(&items, cost))
+                    .await
+                    .expect("decide");
+                assert!(d.allowed);
+            }
+            let bytes: u64 = server
+                .cli(&["MEMORY", "USAGE", &items[0].key, "SAMPLES", "0"])
+                .trim()
+                .parse()
+                .expect("MEMORY USAGE answers a number");
+            (items[0].algorithm.kind(), fill * cost, bytes)
+        }
+    };
+    rows.push(usage(bucket("mem-tb", 10_000), 1, 1).await);
+    for (name, alg) in [
+        (
+            "mem-sw",
+            Algorithm::SlidingWindow {
+                limit: 10_000,
+                window_us: w,
+            },
+        ),
+        (
+            "mem-fw",
+            Algorithm::FixedWindow {
+                limit: 10_000,
+                window_us: w,
+            },
+        ),
+        (
+            "mem-gcra",
+            Algorithm::Gcra {
+                rate_per_second: 1.0,
+                burst: 10_000,
+            },
+        ),
+        (
+            "mem-lb",
+            Algorithm::LeakyBucket {
+                rate_per_second: 1.0,
+                capacity: 10_000,
+                max_delay_us: 0,
+            },
+        ),
+    ] {
+        rows.push(usage(Item::new(key(name, "limit"), alg), 1, 1).await);
+    }
+    for fill in [1, 10, 100, 1000] {
+        let alg = Algorithm::SlidingLog {
+            limit: 10_000,
+            window_us: w,
+        };
+        let cost = if fill >= 100 { 10 } else { 1 };
+        rows.push(
+            usage(
+                Item::new(key(&format!("mem-sl-{fill}"), "limit"), alg),
+                cost,
+                fill / cost,
+            )
+            .await,
+        );
+    }
+    println!("| algorithm | entries | bytes (MEMORY USAGE) |\n|---|---|---|");
+    for (kind, entries, bytes) in &rows {
+        println!("| {kind} | {entries} | {bytes} |");
+        assert!(*bytes > 0 && *bytes < 200_000, "{kind}: {bytes} bytes");
+    }
+    let log = |n: u64| {
+        rows.iter()
+            .find(|r| r.0 == "sliding_log" && r.1 == n)
+            .map(|r| r.2)
+    };
+    assert!(log(1000) > log(10), "a sliding log grows with its fill");
+    assert!(
+        rows[..5].iter().all(|r| r.2 < 200),
+        "fixed-size state stays under 200 bytes"
+    );
+}
