@@ -303,7 +303,7 @@ async fn memory_per_identity_stays_small_and_grows_only_with_a_sliding_log() {
     let store = store(&server, Duration::from_secs(2)).await;
     let w = 3_600_000_000;
     let mut rows = Vec::new();
-    let mut usage = |item: Item, cost: u64, fill: u64| {
+    let usage = |item: Item, cost: u64, fill: u64| {
         let server = &server;
         let store = &store;
         async move {
