@@ -196,3 +196,45 @@ async fn a_flushed_script_is_reloaded_transparently_on_the_cluster() {
             .any(|(s, _)| s.as_ref() == owner)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_made_while_the_cluster_is_down_decides_once_it_is_up() {
+    let mut cluster = RedisCluster::start();
+    for node in &mut cluster.nodes {
+        node.kill();
+    }
+    let started = std::time::Instant::now();
+    let store = ClusterStore::connect(&StoreSettings {
+        nodes: cluster.urls(),
+        timeout: Duration::from_millis(100),
+        ..StoreSettings::default()
+    })
+    .await
+    .expect("connect does not need the cluster");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let items = [bucket(key("late", "burst"), 3)];
+    let started = std::time::Instant::now();
+    assert!(store.decide(&Batch::consume(&items, 1)).await.is_err());
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "errors promptly"
+    );
+
+    // The nodes keep their cluster configuration across the restart.
+    for node in &mut cluster.nodes {
+        node.restart();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(d) = store.decide(&Batch::consume(&items, 1)).await {
+            assert!(d.allowed);
+            assert_eq!(d.shard.as_ref(), cluster.node_for(&items[0].key).addr());
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no decision once the cluster is up"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
