@@ -20,15 +20,26 @@
 //! # }
 //! ```
 
+#[cfg(feature = "redis-store")]
+mod cluster;
 mod error;
 pub mod keys;
 mod memory;
+#[cfg(feature = "redis-store")]
+mod redis;
+#[cfg(feature = "redis-store")]
+pub mod script;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use error::StoreError;
 pub use memory::MemoryStore;
+
+#[cfg(feature = "redis-store")]
+pub use self::redis::RedisStore;
+#[cfg(feature = "redis-store")]
+pub use cluster::{ClusterStore, slot_of};
 
 use crate::algorithm::{Algorithm, Verdict};
 use crate::clock::Micros;

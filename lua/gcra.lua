@@ -1,0 +1,56 @@
+-- ratewatch: GCRA (src/algorithm/gcra.rs, same operations in the same
+-- order). The leaky bucket (lua/leaky_bucket.lua) is this meter with a
+-- maximum delay.
+--
+-- KEYS[i]   a string: the theoretical arrival time (µs since epoch)
+-- ARGV      p1 = emission interval (µs per unit, integer, rounded up by
+--                `interval_us` in src/algorithm/mod.rs)
+--           p2 = burst (units at once, integer)
+--           p3 = maximum delay (µs; 0 for GCRA, which never delays)
+-- now       µs since epoch; cost = units requested (0 peeks)
+-- decide    returns a step: allowed, remaining (units), reset_us,
+--           retry_us, delay_us, ttl_us = TAT - now
+-- refund    moves the TAT back by cost × interval; keeps the expiry
+
+ALG.gcra = {}
+
+function ALG.gcra.decide(key, interval, burst, max_delay, now, cost)
+  local tat = tonumber(redis.call('GET', key))
+  if tat then
+    tat = math.max(tat, now)
+  else
+    tat = now
+  end
+  local window = burst * interval
+  local queued = tat - now
+  local new_tat = tat + cost * interval
+  local used = new_tat - now
+  local shaping_too_long = max_delay > 0 and queued > max_delay
+  if used <= window and not shaping_too_long then
+    local delay = 0
+    if max_delay > 0 then delay = queued end
+    return { allowed = true, remaining = idiv(window - used, interval),
+             reset = used, retry = 0, delay = delay, ttl = used, tat = new_tat }
+  end
+  local retry
+  if used > window then
+    retry = used - window
+  else
+    retry = queued - max_delay
+  end
+  return { allowed = false, remaining = idiv(sat_sub(window, queued), interval),
+           reset = queued, retry = math.max(retry, 1), delay = 0, ttl = queued }
+end
+
+function ALG.gcra.write(key, step)
+  redis.call('SET', key, fmt(step.tat))
+  expire_us(key, step.ttl)
+  return {}
+end
+
+function ALG.gcra.refund(key, interval, _, _, cost, _)
+  local tat = tonumber(redis.call('GET', key))
+  if tat then
+    redis.call('SET', key, fmt(tat - cost * interval), 'KEEPTTL')
+  end
+end

@@ -1,0 +1,31 @@
+-- ratewatch: give back what an admitted decision charged, when another
+-- part of the same request (another cluster slot) blocked it. Loaded after
+-- common.lua and the six algorithm files (one script).
+--
+-- KEYS[i]   the key of limit i that the decision wrote
+-- ARGV[1]   cost the decision charged (units, integer)
+-- then per limit i, in order: algorithm name, p1, p2, p3 (as for decide),
+--           the window start the decision wrote (µs, or 0), the number m of
+--           sliding-log members it added, then those m members
+--
+-- Token buckets get `cost` tokens back (capped at capacity), window
+-- counters lose `cost` if still in the same window, a TAT moves back by
+-- cost × interval, and a sliding log loses exactly the members added.
+-- Expiries are kept. Returns the number of limits refunded.
+
+local cost = tonumber(ARGV[1])
+local at = 2
+for i = 1, #KEYS do
+  local alg = ALG[ARGV[at]]
+  if not alg then
+    return redis.error_reply('ratewatch: unknown algorithm ' .. tostring(ARGV[at]))
+  end
+  local p1, p2, p3 = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
+  local start = tonumber(ARGV[at + 4])
+  local m = tonumber(ARGV[at + 5])
+  local members = {}
+  for j = 1, m do members[j] = ARGV[at + 5 + j] end
+  alg.refund(KEYS[i], p1, p2, p3, cost, start, members)
+  at = at + 6 + m
+end
+return #KEYS

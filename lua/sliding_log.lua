@@ -1,0 +1,83 @@
+-- ratewatch: sliding window log (src/algorithm/sliding_log.rs, same
+-- operations in the same order).
+--
+-- KEYS[i]   a sorted set, one member per admitted unit: score = admission
+--           time (µs since epoch), member = '<time>:<n>' with n the set's
+--           size before the unit was added (skipping a member still taken),
+--           so two units admitted in one microsecond are two members
+-- ARGV      p1 = limit (units per window, integer)
+--           p2 = window length (µs, integer)
+--           p3 = unused
+-- now       µs since epoch; cost = units requested (0 peeks)
+-- decide    reads only (ZCOUNT, ZRANGEBYSCORE); returns a step: allowed,
+--           remaining (units), reset_us, retry_us, delay_us (always 0),
+--           ttl_us = one window
+-- write     drops entries that left the window, adds `cost` members and
+--           returns them, so a refund can remove exactly those
+-- refund    ZREM of the members the decision added
+
+ALG.sliding_log = {}
+
+-- The score of the `index`-th (0-based) entry still in the window.
+local function sl_score_at(key, horizon, index, reverse)
+  local r
+  if reverse then
+    r = redis.call('ZREVRANGEBYSCORE', key, '+inf', '(' .. fmt(horizon),
+                   'WITHSCORES', 'LIMIT', index, 1)
+  else
+    r = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(horizon), '+inf',
+                   'WITHSCORES', 'LIMIT', index, 1)
+  end
+  return tonumber(r[2])
+end
+
+function ALG.sliding_log.decide(key, limit, window, _, now, cost)
+  local horizon = sat_sub(now, window)
+  local count = redis.call('ZCOUNT', key, '(' .. fmt(horizon), '+inf')
+  if count + cost <= limit then
+    local reset = 0
+    if count + cost > 0 then
+      local oldest = now
+      if count > 0 then oldest = sl_score_at(key, horizon, 0, false) end
+      reset = oldest + window - now
+    end
+    return { allowed = true, remaining = limit - count - cost, reset = reset,
+             retry = 0, delay = 0, ttl = window, horizon = horizon,
+             cost = cost, now = now }
+  end
+  -- The request passes once `count + cost - limit` of the oldest entries
+  -- have left the window.
+  local must_expire = count + cost - limit
+  local at = sl_score_at(key, horizon, must_expire - 1, false)
+  local retry = window
+  if at then retry = at + window - now end
+  local reset = 0
+  if count > 0 then reset = sl_score_at(key, horizon, 0, true) + window - now end
+  return { allowed = false, remaining = sat_sub(limit, count), reset = reset,
+           retry = math.max(retry, 1), delay = 0, ttl = window }
+end
+
+function ALG.sliding_log.write(key, step)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(step.horizon))
+  local added = {}
+  local n = redis.call('ZCARD', key)
+  local stamp = fmt(step.now)
+  for _ = 1, step.cost do
+    local member = stamp .. ':' .. n
+    while redis.call('ZSCORE', key, member) do
+      n = n + 1
+      member = stamp .. ':' .. n
+    end
+    redis.call('ZADD', key, stamp, member)
+    added[#added + 1] = member
+    n = n + 1
+  end
+  expire_us(key, step.ttl)
+  return added
+end
+
+function ALG.sliding_log.refund(key, _, _, _, _, _, members)
+  if #members > 0 then
+    redis.call('ZREM', key, unpack(members))
+  end
+end

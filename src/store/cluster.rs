@@ -1,0 +1,354 @@
+//! A Redis Cluster: the same script, routed by the first key's slot.
+//!
+//! The limits of one identity share a hash tag, so they are one script call
+//! on the master owning that slot. Limits scoped to the client IP or to a
+//! route live in other slots; a request's items are grouped by slot and the
+//! groups run in parallel. If one group blocks while another admitted and
+//! charged, the charged groups are refunded, so the request is all or
+//! nothing as on a single node.
+//!
+//! `shard_for` names the master serving a key's slot from a slot map read
+//! with `CLUSTER SLOTS` at start-up and re-read in the background after a
+//! failed call (a moved slot or a lost node), never per request.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use parking_lot::RwLock;
+use redis::Value;
+use redis::cluster_async::ClusterConnection;
+
+use super::keys::hash_tag;
+use super::script::{self, GroupReply, ReloadCounter, Scripts};
+use super::{Batch, Item, Store, StoreDecision, StoreError, uncharge};
+use crate::policy::StoreSettings;
+
+/// Slots of a Redis Cluster.
+pub const SLOTS: u16 = 16384;
+
+/// CRC16/XMODEM (polynomial 0x1021, initial value 0), the checksum Redis
+/// Cluster hashes keys with.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in bytes {
+        crc ^= (b as u16) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// The cluster slot of `key`: CRC16 of its hash tag (or of the whole key
+/// without one) modulo 16384.
+pub fn slot_of(key: &str) -> u16 {
+    crc16(hash_tag(key).as_bytes()) % SLOTS
+}
+
+/// Ranges of slots (by first slot) and the master serving each.
+type SlotMap = BTreeMap<u16, (u16, Arc<str>)>;
+
+/// The Redis Cluster store. Cheap to clone; clones share connections, the
+/// slot map and the reload counter.
+#[derive(Clone)]
+pub struct ClusterStore {
+    conn: ClusterConnection,
+    scripts: Arc<Scripts>,
+    slots: Arc<RwLock<SlotMap>>,
+    refreshing: Arc<AtomicBool>,
+    seed: Arc<str>,
+    timeout: Duration,
+    reloads: Arc<ReloadCounter>,
+}
+
+impl std::fmt::Debug for ClusterStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterStore")
+            .field("seed", &self.seed)
+            .field("masters", &self.masters())
+            .finish()
+    }
+}
+
+impl ClusterStore {
+    /// A store on the cluster reachable through `settings.nodes`. Fails only
+    /// on invalid node URLs: connections are made in the background, so the
+    /// cluster may be down at start-up (decisions fail until it is up).
+    pub async fn connect(settings: &StoreSettings) -> Result<Self, StoreError> {
+        if settings.nodes.is_empty() {
+            return Err(StoreError::Unavailable(
+                "a redis-cluster store needs at least one node in `store.nodes`".into(),
+            ));
+        }
+        let client = redis::cluster::ClusterClient::builder(settings.nodes.clone())
+            .connection_timeout(settings.timeout.max(Duration::from_millis(200)))
+            .response_timeout(settings.timeout)
+            .overall_response_timeout(Some(settings.timeout))
+            .retries(1)
+            .min_retry_wait(5)
+            .max_retry_wait(20)
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("invalid cluster nodes: {e}")))?;
+        let seed = redis::IntoConnectionInfo::into_connection_info(settings.nodes[0].as_str())
+            .map(|info| super::redis::host_port(&info))
+            .map_err(|e| StoreError::Unavailable(format!("invalid cluster node: {e}")))?;
+        let conn = client.get_pending_async_connection_with_config(
+            redis::cluster::ClusterConfig::new()
+                .set_connection_timeout(settings.timeout.max(Duration::from_millis(200)))
+                .set_response_timeout(settings.timeout),
+        );
+        let store = Self {
+            conn,
+            scripts: Arc::new(Scripts::new()),
+            slots: Arc::new(RwLock::new(SlotMap::new())),
+            refreshing: Arc::new(AtomicBool::new(false)),
+            seed: seed.into(),
+            timeout: settings.timeout,
+            reloads: Arc::new(ReloadCounter::default()),
+        };
+        // A reachable cluster has its map before the first request; an
+        // unreachable one gets it after the first failure.
+        let _ = tokio::time::timeout(
+            settings.timeout.max(Duration::from_millis(500)),
+            store.refresh_slots(),
+        )
+        .await;
+        Ok(store)
+    }
+
+    /// Script reloads after `NOSCRIPT` so far, per master.
+    pub fn script_reloads(&self) -> Vec<(Arc<str>, u64)> {
+        self.reloads.snapshot()
+    }
+
+    /// The masters in the slot map (`host:port`), sorted.
+    pub fn masters(&self) -> Vec<Arc<str>> {
+        let mut v: Vec<Arc<str>> = self.slots.read().values().map(|(_, m)| m.clone()).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Reads `CLUSTER SLOTS` into the slot map.
+    async fn refresh_slots(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let value: Value = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut conn)
+            .await
+            .map_err(script::classify)?;
+        let map = parse_slots(&value)?;
+        *self.slots.write() = map;
+        Ok(())
+    }
+
+    /// Refreshes the slot map in the background, once at a time.
+    fn refresh_later(&self) {
+        if self.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            self.refreshing.store(false, Ordering::Release);
+            return;
+        };
+        let store = self.clone();
+        handle.spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(2), store.refresh_slots()).await;
+            store.refreshing.store(false, Ordering::Release);
+        });
+    }
+
+    fn master_of(&self, slot: u16) -> Option<Arc<str>> {
+        let map = self.slots.read();
+        map.range(..=slot)
+            .next_back()
+            .filter(|(_, (end, _))| slot <= *end)
+            .map(|(_, (_, master))| master.clone())
+    }
+
+    async fn eval(
+        &self,
+        cmd: &redis::Cmd,
+        script: &redis::Script,
+        shard: &Arc<str>,
+    ) -> Result<Value, StoreError> {
+        let mut conn = self.conn.clone();
+        script::eval(&mut conn, script, cmd, &self.reloads, shard)
+            .await
+            .map_err(|e| {
+                // A moved slot or a lost node: the map may be stale.
+                if !script::is_noscript(&e) {
+                    self.refresh_later();
+                }
+                script::classify(e)
+            })
+    }
+
+    async fn decide_group(
+        &self,
+        batch: &Batch<'_>,
+        items: &[&Item],
+    ) -> Result<GroupReply, StoreError> {
+        let shard = self.shard_for(&items[0].key);
+        let cmd = script::decide_cmd(&self.scripts, batch, items);
+        let value = self.eval(&cmd, &self.scripts.decide, &shard).await?;
+        script::parse_reply(&value, items.len())
+    }
+
+    async fn refund(
+        &self,
+        items: &[&Item],
+        reply: &GroupReply,
+        cost: u64,
+    ) -> Result<(), StoreError> {
+        let Some(cmd) = script::refund_cmd(&self.scripts, items, reply, cost) else {
+            return Ok(());
+        };
+        let shard = self.shard_for(&items[0].key);
+        self.eval(&cmd, &self.scripts.refund, &shard)
+            .await
+            .map(|_| ())
+    }
+
+    async fn run(&self, batch: &Batch<'_>) -> Result<StoreDecision, StoreError> {
+        // Items grouped by slot, in order of first appearance.
+        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+        for (i, item) in batch.items.iter().enumerate() {
+            let slot = slot_of(&item.key);
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, idx)) => idx.push(i),
+                None => groups.push((slot, vec![i])),
+            }
+        }
+        let grouped: Vec<Vec<&Item>> = groups
+            .iter()
+            .map(|(_, idx)| idx.iter().map(|&i| &batch.items[i]).collect())
+            .collect();
+        let started = Instant::now();
+        let replies = join_all(grouped.iter().map(|items| self.decide_group(batch, items))).await;
+        let rtt = started.elapsed();
+
+        let cost = batch.effective_cost();
+        let failed = replies.iter().any(Result::is_err);
+        let allowed = !failed && replies.iter().all(|r| r.as_ref().is_ok_and(|r| r.allowed));
+        if !allowed && !batch.peek {
+            // Give back what the admitted groups charged, so the request
+            // consumed nothing anywhere.
+            let refunds = grouped
+                .iter()
+                .zip(&replies)
+                .filter_map(|(items, r)| r.as_ref().ok().map(|r| (items, r)))
+                .filter(|(_, r)| r.allowed)
+                .map(|(items, r)| self.refund(items, r, cost));
+            for r in join_all(refunds).await {
+                r?;
+            }
+        }
+        let mut verdicts = vec![None; batch.items.len()];
+        let mut now = None;
+        for ((_, idx), reply) in groups.iter().zip(replies) {
+            let reply = reply?;
+            now.get_or_insert(reply.now);
+            for (&i, v) in idx.iter().zip(reply.verdicts) {
+                verdicts[i] = Some(v);
+            }
+        }
+        let mut verdicts: Vec<_> = verdicts.into_iter().flatten().collect();
+        if verdicts.len() != batch.items.len() {
+            return Err(StoreError::Protocol("a limit got no verdict".into()));
+        }
+        if !allowed {
+            uncharge(batch.items, &mut verdicts, cost);
+        }
+        let shard = batch
+            .items
+            .first()
+            .map_or_else(|| self.seed.clone(), |i| self.shard_for(&i.key));
+        Ok(StoreDecision {
+            allowed,
+            verdicts,
+            shard,
+            now: now.unwrap_or_else(|| crate::clock::Clock::now_us(&crate::clock::SystemClock)),
+            rtt: Some(rtt),
+        })
+    }
+}
+
+/// Parses a `CLUSTER SLOTS` reply: `[[start, end, [host, port, id], ...], ...]`.
+fn parse_slots(value: &Value) -> Result<SlotMap, StoreError> {
+    let bad = || StoreError::Protocol("unexpected CLUSTER SLOTS reply".into());
+    let num = |v: &Value| match v {
+        Value::Int(n) => u16::try_from(*n).ok(),
+        _ => None,
+    };
+    let Value::Array(ranges) = value else {
+        return Err(bad());
+    };
+    let mut map = SlotMap::new();
+    for range in ranges {
+        let Value::Array(r) = range else {
+            return Err(bad());
+        };
+        let (Some(start), Some(end)) = (r.first().and_then(num), r.get(1).and_then(num)) else {
+            return Err(bad());
+        };
+        let Some(Value::Array(master)) = r.get(2) else {
+            return Err(bad());
+        };
+        let host = match master.first() {
+            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(Value::SimpleString(s)) => s.clone(),
+            _ => return Err(bad()),
+        };
+        let port = master.get(1).and_then(num).ok_or_else(bad)?;
+        map.insert(start, (end, format!("{host}:{port}").into()));
+    }
+    Ok(map)
+}
+
+#[async_trait::async_trait]
+impl Store for ClusterStore {
+    async fn decide(&self, batch: &Batch<'_>) -> Result<StoreDecision, StoreError> {
+        tokio::time::timeout(self.timeout, self.run(batch))
+            .await
+            .map_err(|_| StoreError::Timeout)?
+    }
+
+    fn shard_for(&self, key: &str) -> Arc<str> {
+        match self.master_of(slot_of(key)) {
+            Some(master) => master,
+            None => {
+                self.refresh_later();
+                self.seed.clone()
+            }
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        "redis-cluster"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_match_the_redis_cluster_specification() {
+        // The check value of CRC16/XMODEM, and slots `CLUSTER KEYSLOT` gives.
+        assert_eq!(crc16(b"123456789"), 0x31c3);
+        assert_eq!(slot_of("foo"), 12182);
+        assert_eq!(
+            slot_of("{user1000}.following"),
+            slot_of("{user1000}.followers")
+        );
+        assert_eq!(slot_of("rw:{free:abc}:burst"), slot_of("free:abc"));
+    }
+}

@@ -1,0 +1,287 @@
+//! The Lua scripts both Redis stores run, and how a batch becomes one
+//! `EVALSHA` and its reply becomes verdicts.
+//!
+//! `lua/common.lua` and the six algorithm files are concatenated with
+//! `lua/decide.lua` (or `lua/refund.lua`) into one script, so a request's
+//! limits are decided in one atomic call. Arguments and replies keep
+//! numbers exact: floats travel as shortest round-trip decimal strings one
+//! way and `'%.17g'` strings the other.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+
+use super::{Batch, Item, StoreError};
+use crate::algorithm::{Algorithm, Verdict, interval_us};
+use crate::clock::Micros;
+
+macro_rules! with_algorithms {
+    ($main:literal) => {
+        concat!(
+            include_str!("../../lua/common.lua"),
+            include_str!("../../lua/token_bucket.lua"),
+            include_str!("../../lua/sliding_window.lua"),
+            include_str!("../../lua/sliding_log.lua"),
+            include_str!("../../lua/fixed_window.lua"),
+            include_str!("../../lua/gcra.lua"),
+            include_str!("../../lua/leaky_bucket.lua"),
+            include_str!($main),
+        )
+    };
+}
+
+/// The source of the decide script (every algorithm plus `lua/decide.lua`).
+pub const DECIDE_LUA: &str = with_algorithms!("../../lua/decide.lua");
+
+/// The source of the refund script (every algorithm plus `lua/refund.lua`).
+pub const REFUND_LUA: &str = with_algorithms!("../../lua/refund.lua");
+
+/// The two scripts, their SHA1 computed once.
+pub(crate) struct Scripts {
+    pub(crate) decide: redis::Script,
+    pub(crate) refund: redis::Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        Self {
+            decide: redis::Script::new(DECIDE_LUA),
+            refund: redis::Script::new(REFUND_LUA),
+        }
+    }
+}
+
+/// Script reloads after `NOSCRIPT`, per shard (`ratewatch_script_reloads_total{shard}`).
+#[derive(Debug, Default)]
+pub(crate) struct ReloadCounter(Mutex<HashMap<Arc<str>, u64>>);
+
+impl ReloadCounter {
+    pub(crate) fn bump(&self, shard: &Arc<str>) {
+        *self.0.lock().entry(shard.clone()).or_insert(0) += 1;
+    }
+
+    pub(crate) fn snapshot(&self) -> Vec<(Arc<str>, u64)> {
+        let mut v: Vec<_> = self.0.lock().iter().map(|(k, n)| (k.clone(), *n)).collect();
+        v.sort();
+        v
+    }
+}
+
+/// The three algorithm parameters of an item, as the Lua files expect them.
+fn params(algorithm: &Algorithm) -> [String; 3] {
+    match *algorithm {
+        Algorithm::TokenBucket {
+            capacity,
+            refill_per_second,
+        } => [
+            capacity.to_string(),
+            // Display prints the shortest decimal that parses back to the same f64.
+            refill_per_second.to_string(),
+            "0".into(),
+        ],
+        Algorithm::SlidingWindow { limit, window_us }
+        | Algorithm::SlidingLog { limit, window_us }
+        | Algorithm::FixedWindow { limit, window_us } => {
+            [limit.to_string(), window_us.to_string(), "0".into()]
+        }
+        Algorithm::Gcra {
+            rate_per_second,
+            burst,
+        } => [
+            interval_us(rate_per_second).to_string(),
+            burst.to_string(),
+            "0".into(),
+        ],
+        Algorithm::LeakyBucket {
+            rate_per_second,
+            capacity,
+            max_delay_us,
+        } => [
+            interval_us(rate_per_second).to_string(),
+            capacity.to_string(),
+            max_delay_us.to_string(),
+        ],
+    }
+}
+
+/// `EVALSHA` of the decide script for `items` (one slot) of `batch`.
+pub(crate) fn decide_cmd(scripts: &Scripts, batch: &Batch<'_>, items: &[&Item]) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(scripts.decide.get_hash()).arg(items.len());
+    for item in items {
+        cmd.arg(&item.key);
+    }
+    match batch.now {
+        Some(now) => cmd.arg(now),
+        None => cmd.arg(""),
+    };
+    cmd.arg(batch.effective_cost())
+        .arg(if batch.peek { "1" } else { "0" });
+    for item in items {
+        cmd.arg(item.algorithm.kind())
+            .arg(if item.shadow { "1" } else { "0" })
+            .arg(&params(&item.algorithm));
+    }
+    cmd
+}
+
+/// `EVALSHA` of the refund script giving back what `reply` charged.
+/// `None` when the decision wrote nothing.
+pub(crate) fn refund_cmd(
+    scripts: &Scripts,
+    items: &[&Item],
+    reply: &GroupReply,
+    cost: u64,
+) -> Option<Cmd> {
+    let written: Vec<usize> = (0..items.len()).filter(|&i| reply.written[i]).collect();
+    if written.is_empty() {
+        return None;
+    }
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(scripts.refund.get_hash()).arg(written.len());
+    for &i in &written {
+        cmd.arg(&items[i].key);
+    }
+    cmd.arg(cost);
+    for &i in &written {
+        cmd.arg(items[i].algorithm.kind())
+            .arg(&params(&items[i].algorithm))
+            .arg(reply.window_start[i])
+            .arg(reply.members[i].len())
+            .arg(&reply.members[i]);
+    }
+    Some(cmd)
+}
+
+/// What one decide call answered.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct GroupReply {
+    /// Whether every enforced limit of the call admitted.
+    pub(crate) allowed: bool,
+    /// The time the script decided at.
+    pub(crate) now: Micros,
+    /// One verdict per item, in order (not yet uncharged).
+    pub(crate) verdicts: Vec<Verdict>,
+    /// Whether the item's state was written.
+    pub(crate) written: Vec<bool>,
+    /// The window start written (window counters), else 0.
+    pub(crate) window_start: Vec<u64>,
+    /// Sliding-log members added.
+    pub(crate) members: Vec<Vec<String>>,
+}
+
+fn protocol(what: &str) -> StoreError {
+    StoreError::Protocol(format!("decide script reply: {what}"))
+}
+
+fn int(v: &Value) -> Result<u64, StoreError> {
+    match v {
+        Value::Int(n) if *n >= 0 => Ok(*n as u64),
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| protocol("expected an integer")),
+        _ => Err(protocol("expected an integer")),
+    }
+}
+
+fn text(v: &Value) -> Result<String, StoreError> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).map_err(|_| protocol("not UTF-8")),
+        Value::SimpleString(s) => Ok(s.clone()),
+        _ => Err(protocol("expected a string")),
+    }
+}
+
+fn array(v: &Value) -> Result<&[Value], StoreError> {
+    match v {
+        Value::Array(a) => Ok(a),
+        Value::Nil => Ok(&[]),
+        _ => Err(protocol("expected an array")),
+    }
+}
+
+/// Parses the decide script's reply for `n` items.
+pub(crate) fn parse_reply(value: &Value, n: usize) -> Result<GroupReply, StoreError> {
+    let top = array(value)?;
+    if top.len() != 2 + n {
+        return Err(protocol("wrong number of items"));
+    }
+    let mut reply = GroupReply {
+        allowed: int(&top[0])? == 1,
+        now: int(&top[1])?,
+        verdicts: Vec::with_capacity(n),
+        written: Vec::with_capacity(n),
+        window_start: Vec::with_capacity(n),
+        members: Vec::with_capacity(n),
+    };
+    for item in &top[2..] {
+        let f = array(item)?;
+        if f.len() != 8 {
+            return Err(protocol("wrong number of fields"));
+        }
+        let remaining: f64 = text(&f[1])?
+            .parse()
+            .map_err(|_| protocol("remaining is not a number"))?;
+        reply.verdicts.push(Verdict {
+            allowed: int(&f[0])? == 1,
+            remaining,
+            reset_after_us: int(&f[2])?,
+            retry_after_us: int(&f[3])?,
+            delay_us: int(&f[4])?,
+        });
+        reply.written.push(int(&f[5])? == 1);
+        reply.window_start.push(int(&f[6])?);
+        reply
+            .members
+            .push(array(&f[7])?.iter().map(text).collect::<Result<_, _>>()?);
+    }
+    Ok(reply)
+}
+
+/// Whether the server forgot the script (restart, failover, `SCRIPT FLUSH`).
+pub(crate) fn is_noscript(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+}
+
+/// Sorts a client error into the store's error classes.
+pub(crate) fn classify(e: RedisError) -> StoreError {
+    if e.is_timeout() {
+        StoreError::Timeout
+    } else if e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.kind() == ErrorKind::ClusterConnectionNotFound
+    {
+        StoreError::Unavailable(e.to_string())
+    } else if matches!(e.kind(), ErrorKind::Parse | ErrorKind::UnexpectedReturnType) {
+        StoreError::Protocol(e.to_string())
+    } else {
+        StoreError::Command(e.to_string())
+    }
+}
+
+/// Runs `cmd` (an `EVALSHA` of `script`); on `NOSCRIPT` loads the script,
+/// counts the reload against `shard` and runs it once more. Nothing else is
+/// ever retried.
+pub(crate) async fn eval<C>(
+    conn: &mut C,
+    script: &redis::Script,
+    cmd: &Cmd,
+    reloads: &ReloadCounter,
+    shard: &Arc<str>,
+) -> Result<Value, RedisError>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    match cmd.query_async::<Value>(conn).await {
+        Err(e) if is_noscript(&e) => {
+            script.load_async(conn).await?;
+            reloads.bump(shard);
+            cmd.query_async(conn).await
+        }
+        other => other,
+    }
+}

@@ -1,0 +1,390 @@
+//! The single-node Redis store against a real `redis-server`: exact under
+//! concurrency, one script call per decision, transparent script reloads,
+//! a hard timeout that is never retried, and a lazy start.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ratewatch::algorithm::Algorithm;
+use ratewatch::policy::StoreSettings;
+use ratewatch::store::{Batch, Item, RedisStore, Store, StoreError, keys};
+use support::RedisServer;
+
+async fn store(server: &RedisServer, timeout: Duration) -> RedisStore {
+    RedisStore::connect(&StoreSettings {
+        url: Some(server.url()),
+        timeout,
+        ..StoreSettings::default()
+    })
+    .await
+    .expect("connect")
+}
+
+fn key(identity: &str, limit: &str) -> String {
+    keys::identity_key(
+        "rw",
+        "free",
+        &keys::hash_identity("key", identity),
+        None,
+        limit,
+    )
+}
+
+fn bucket(identity: &str, capacity: u64) -> Item {
+    Item::new(
+        key(identity, "burst"),
+        Algorithm::TokenBucket {
+            capacity,
+            refill_per_second: 0.000_001,
+        },
+    )
+}
+
+fn six_limits(identity: &str) -> Vec<Item> {
+    let w = 60_000_000;
+    vec![
+        bucket(identity, 100),
+        Item::new(
+            key(identity, "sw"),
+            Algorithm::SlidingWindow {
+                limit: 100,
+                window_us: w,
+            },
+        ),
+        Item::new(
+            key(identity, "sl"),
+            Algorithm::SlidingLog {
+                limit: 100,
+                window_us: w,
+            },
+        ),
+        Item::new(
+            key(identity, "fw"),
+            Algorithm::FixedWindow {
+                limit: 100,
+                window_us: w,
+            },
+        ),
+        Item::new(
+            key(identity, "gcra"),
+            Algorithm::Gcra {
+                rate_per_second: 1.0,
+                burst: 100,
+            },
+        ),
+        Item::new(
+            key(identity, "lb"),
+            Algorithm::LeakyBucket {
+                rate_per_second: 1.0,
+                capacity: 100,
+                max_delay_us: 0,
+            },
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_hammering_one_identity_admit_exactly_the_capacity() {
+    let server = RedisServer::start();
+    let stores: Vec<Arc<RedisStore>> =
+        futures_util::future::join_all((0..4).map(|_| store(&server, Duration::from_secs(2))))
+            .await
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+    let capacity = 37;
+    let items = Arc::new([bucket("hammered", capacity)]);
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let store = stores[i % 4].clone();
+        let items = items.clone();
+        tasks.push(tokio::spawn(async move {
+            store
+                .decide(&Batch::consume(&items[..], 1))
+                .await
+                .expect("decide")
+                .allowed
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.expect("task") as u64;
+    }
+    assert_eq!(admitted, capacity, "exactly the capacity, never one more");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_decision_is_one_script_call_whatever_the_number_of_limits() {
+    let server = RedisServer::start();
+    let store = store(&server, Duration::from_secs(2)).await;
+    let one = [bucket("one-limit", 100)];
+    let six = six_limits("six-limits");
+    store
+        .decide(&Batch::consume(&one, 1))
+        .await
+        .expect("warm up");
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    for _ in 0..10 {
+        assert!(
+            store
+                .decide(&Batch::consume(&one, 1))
+                .await
+                .expect("decide")
+                .allowed
+        );
+        assert!(
+            store
+                .decide(&Batch::consume(&six, 1))
+                .await
+                .expect("decide")
+                .allowed
+        );
+        assert!(
+            store
+                .decide(&Batch::peek(&six))
+                .await
+                .expect("peek")
+                .allowed
+        );
+    }
+    assert_eq!(server.command_calls("evalsha"), 30);
+    // Commands a script runs are counted too; only these come from clients.
+    for client_side in ["eval", "script|load", "multi", "exec"] {
+        assert_eq!(server.command_calls(client_side), 0, "{client_side}");
+    }
+    assert_eq!(
+        server.command_calls("time"),
+        30,
+        "one Redis clock read per decision"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_script_is_reloaded_transparently_and_counted() {
+    let mut server = RedisServer::start();
+    let store = store(&server, Duration::from_secs(1)).await;
+    let items = [bucket("reloads", 10)];
+    assert!(
+        store
+            .decide(&Batch::consume(&items, 1))
+            .await
+            .expect("decide")
+            .allowed
+    );
+    assert_eq!(
+        store.script_reloads(),
+        vec![(server.addr().into(), 1)],
+        "first use loads it"
+    );
+
+    server.cli(&["SCRIPT", "FLUSH"]);
+    let d = store
+        .decide(&Batch::consume(&items, 1))
+        .await
+        .expect("decide after SCRIPT FLUSH");
+    assert_eq!(d.verdicts[0].remaining.floor(), 8.0);
+    assert_eq!(store.script_reloads()[0].1, 2);
+
+    server.restart();
+    // The first call on the old connection may fail while it reconnects.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let d = loop {
+        match store.decide(&Batch::consume(&items, 1)).await {
+            Ok(d) => break d,
+            Err(e) => {
+                assert!(e.is_transient(), "{e}");
+                assert!(
+                    Instant::now() < deadline,
+                    "no decision after the restart: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(
+        d.verdicts[0].remaining.floor(),
+        9.0,
+        "the restarted server is empty"
+    );
+    assert_eq!(store.script_reloads()[0].1, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_server_times_out_promptly_and_the_decision_is_not_resent() {
+    let server = RedisServer::start();
+    let store = store(&server, Duration::from_millis(50)).await;
+    let items = [bucket("frozen", 10)];
+    store
+        .decide(&Batch::consume(&items, 1))
+        .await
+        .expect("warm up");
+    server.cli(&["CONFIG", "RESETSTAT"]);
+
+    server.pause();
+    let started = Instant::now();
+    let outcome = store.decide(&Batch::consume(&items, 1)).await;
+    let took = started.elapsed();
+    server.resume();
+
+    assert!(matches!(outcome, Err(StoreError::Timeout)), "{outcome:?}");
+    assert!(
+        took < Duration::from_millis(500),
+        "timed out after {took:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(server.command_calls("evalsha"), 1, "sent once, never again");
+    let peek = store.decide(&Batch::peek(&items)).await.expect("peek");
+    assert_eq!(
+        peek.verdicts[0].remaining.floor(),
+        8.0,
+        "charged at most once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_made_while_redis_is_down_decides_once_redis_is_up() {
+    let mut server = RedisServer::start();
+    server.kill();
+    let started = Instant::now();
+    let store = store(&server, Duration::from_millis(50)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "connect does not wait for Redis"
+    );
+    let items = [bucket("late", 3)];
+    let started = Instant::now();
+    let down = store.decide(&Batch::consume(&items, 1)).await;
+    assert!(down.is_err(), "{down:?}");
+    assert!(started.elapsed() < Duration::from_millis(500));
+
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match store.decide(&Batch::consume(&items, 1)).await {
+            Ok(d) => {
+                assert!(d.allowed);
+                assert_eq!(d.shard.as_ref(), server.addr());
+                break;
+            }
+            Err(e) => assert!(Instant::now() < deadline, "still failing: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_identity_maps_to_a_normal_length_key() {
+    let server = RedisServer::start();
+    let store = store(&server, Duration::from_secs(2)).await;
+    let hostile = format!("free_{{x}}:y}}{{:{}", "j".repeat(10 * 1024));
+    let items = [bucket(&hostile, 2)];
+    assert!(
+        store
+            .decide(&Batch::consume(&items, 1))
+            .await
+            .expect("decide")
+            .allowed
+    );
+    let keys = server.cli(&["KEYS", "*"]);
+    let keys: Vec<&str> = keys.lines().collect();
+    assert_eq!(keys.len(), 1);
+    assert!(keys[0].len() < 64, "{}", keys[0]);
+    assert!(!keys[0].contains("jjj") && !keys[0].contains("free_"));
+    assert_eq!(keys::hash_tag(keys[0]).len(), "free:".len() + 24);
+}
+
+/// Prints the table of `docs/redis-memory.md`:
+/// `cargo test --test redis_store memory_per_identity -- --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_per_identity_stays_small_and_grows_only_with_a_sliding_log() {
+    let server = RedisServer::start();
+    let store = store(&server, Duration::from_secs(2)).await;
+    let w = 3_600_000_000;
+    let mut rows = Vec::new();
+    let usage = |item: Item, cost: u64, fill: u64| {
+        let server = &server;
+        let store = &store;
+        async move {
+            let items = [item];
+            for _ in 0..fill {
+                let d = store
+                    .decide(&Batch::consume(&items, cost))
+                    .await
+                    .expect("decide");
+                assert!(d.allowed);
+            }
+            let bytes: u64 = server
+                .cli(&["MEMORY", "USAGE", &items[0].key, "SAMPLES", "0"])
+                .trim()
+                .parse()
+                .expect("MEMORY USAGE answers a number");
+            (items[0].algorithm.kind(), fill * cost, bytes)
+        }
+    };
+    rows.push(usage(bucket("mem-tb", 10_000), 1, 1).await);
+    for (name, alg) in [
+        (
+            "mem-sw",
+            Algorithm::SlidingWindow {
+                limit: 10_000,
+                window_us: w,
+            },
+        ),
+        (
+            "mem-fw",
+            Algorithm::FixedWindow {
+                limit: 10_000,
+                window_us: w,
+            },
+        ),
+        (
+            "mem-gcra",
+            Algorithm::Gcra {
+                rate_per_second: 1.0,
+                burst: 10_000,
+            },
+        ),
+        (
+            "mem-lb",
+            Algorithm::LeakyBucket {
+                rate_per_second: 1.0,
+                capacity: 10_000,
+                max_delay_us: 0,
+            },
+        ),
+    ] {
+        rows.push(usage(Item::new(key(name, "limit"), alg), 1, 1).await);
+    }
+    for fill in [1, 10, 100, 1000] {
+        let alg = Algorithm::SlidingLog {
+            limit: 10_000,
+            window_us: w,
+        };
+        let cost = if fill >= 100 { 10 } else { 1 };
+        rows.push(
+            usage(
+                Item::new(key(&format!("mem-sl-{fill}"), "limit"), alg),
+                cost,
+                fill / cost,
+            )
+            .await,
+        );
+    }
+    println!("| algorithm | entries | bytes (MEMORY USAGE) |\n|---|---|---|");
+    for (kind, entries, bytes) in &rows {
+        println!("| {kind} | {entries} | {bytes} |");
+        assert!(*bytes > 0 && *bytes < 200_000, "{kind}: {bytes} bytes");
+    }
+    let log = |n: u64| {
+        rows.iter()
+            .find(|r| r.0 == "sliding_log" && r.1 == n)
+            .map(|r| r.2)
+    };
+    assert!(log(1000) > log(10), "a sliding log grows with its fill");
+    assert!(
+        rows[..5].iter().all(|r| r.2 < 200),
+        "fixed-size state stays under 200 bytes"
+    );
+}
