@@ -33,7 +33,7 @@ use crate::algorithm::Verdict;
 use crate::clock::{Clock, SystemClock};
 use crate::identity::{HeaderExtractor, Identity, KeyExtractor, PrefixResolver, TierResolver};
 use crate::policy::{FailurePolicy, Policy, StoreKind};
-use crate::store::{Batch, MemoryStore, Store, StoreDecision, StoreError};
+use crate::store::{Batch, MemoryStore, Store, StoreDecision};
 use crate::telemetry::{Event, FallbackReason, Outcome, Telemetry};
 
 /// A rate limiter: a policy, a store and the telemetry around them.
@@ -140,9 +140,20 @@ impl LimiterBuilder {
 async fn open_store(policy: &Policy, clock: Arc<dyn Clock>) -> Result<Arc<dyn Store>, Error> {
     match policy.store.kind {
         StoreKind::Memory => Ok(Arc::new(MemoryStore::with_clock(clock))),
-        StoreKind::Redis | StoreKind::RedisCluster => Err(Error::Store(StoreError::Unavailable(
-            "this build has no Redis store".into(),
-        ))),
+        #[cfg(feature = "redis-store")]
+        StoreKind::Redis => Ok(Arc::new(
+            crate::store::RedisStore::connect(&policy.store).await?,
+        )),
+        #[cfg(feature = "redis-store")]
+        StoreKind::RedisCluster => Ok(Arc::new(
+            crate::store::ClusterStore::connect(&policy.store).await?,
+        )),
+        #[cfg(not(feature = "redis-store"))]
+        StoreKind::Redis | StoreKind::RedisCluster => {
+            Err(Error::Store(crate::store::StoreError::Unavailable(
+                "this build of ratewatch has no Redis store (feature `redis-store`)".into(),
+            )))
+        }
     }
 }
 
