@@ -626,7 +626,8 @@ fn the_metric_check_catches_a_renamed_metric_and_ignores_labels_and_functions() 
 /// Serves `/metrics` with every ratewatch metric, its counters growing at
 /// fixed per-second rates (so `rate()` has something to say): 5% of
 /// decisions fail open, shard 6380's breaker is open, telemetry drops, the
-/// fail-closed export route refuses. Returns `host:port`.
+/// fail-closed export route refuses. Returns `host:port`: any scrape
+/// target works in its place, such as a `ratewatch serve` under load.
 async fn serve_exposition() -> String {
     use axum::{Router, routing::get};
     let started = Instant::now();
@@ -838,7 +839,6 @@ fn the_test_exposition_is_a_valid_prometheus_exposition() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_prometheus_answers_every_dashboard_query_and_evaluates_every_alert() {
-    let started = Instant::now();
     let target = serve_exposition().await;
     let rules = dashboards_dir().join("alerts.yml");
     let prom = tokio::task::spawn_blocking(move || support::Prometheus::start(&[target], &[rules]))
@@ -974,10 +974,5 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_evaluates_every_ale
             expected("RatewatchTelemetryDropping", "warning", ""),
             expected("RatewatchFailClosedRefusing", "critical", "/api/export"),
         ])
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(45),
-        "took {:?}",
-        started.elapsed()
     );
 }
