@@ -264,3 +264,103 @@ impl RedisCluster {
         self.nodes.iter().map(|n| n.command_calls(command)).sum()
     }
 }
+
+// ---------------------------------------------------------------------------
+// Prometheus
+// ---------------------------------------------------------------------------
+
+/// One `prometheus` server on a free loopback port, scraping its targets and
+/// evaluating its rule files every second, with its TSDB in a temporary
+/// directory. Killed when dropped.
+pub struct Prometheus {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Prometheus {
+    /// Starts Prometheus scraping `targets` (`host:port`, path `/metrics`)
+    /// as job `ratewatch`, with `rule_files` loaded, and waits until it is
+    /// ready.
+    pub fn start(targets: &[String], rule_files: &[PathBuf]) -> Self {
+        let binary = require("prometheus");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let quoted = |items: Vec<String>| {
+            items
+                .iter()
+                .map(|s| format!("'{s}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             rule_files: [{}]\n\
+             scrape_configs:\n  - job_name: ratewatch\n    metrics_path: /metrics\n    \
+             static_configs:\n      - targets: [{}]\n",
+            quoted(rule_files.iter().map(|p| p.display().to_string()).collect()),
+            quoted(targets.to_vec()),
+        );
+        let config_path = dir.path().join("prometheus.yml");
+        std::fs::write(&config_path, config).expect("write prometheus.yml");
+        let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log file");
+        let port = free_port();
+        let child = Command::new(binary)
+            .arg(format!("--config.file={}", config_path.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start prometheus");
+        let p = Self {
+            port,
+            dir,
+            child: Some(child),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while http_status(port, "/-/ready") != Some(200) {
+            assert!(
+                Instant::now() < deadline,
+                "prometheus on port {port} was not ready within 20 s; its log:\n{}",
+                p.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        p
+    }
+
+    /// `http://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// What Prometheus logged so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The status code of `GET path` on 127.0.0.1:port, or `None` if nothing
+/// answers.
+fn http_status(port: u16, path: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
