@@ -110,15 +110,14 @@ fn retry_after(
         } else {
             window as f64 - slack * window as f64 / p as f64
         };
-        let mut e = (e.max(0.0).ceil() as u64).max(not_before);
-        for _ in 0..8 {
+        let first = (e.max(0.0).ceil() as u64).max(not_before);
+        for e in first..first + 8 {
             if e >= window {
                 return None;
             }
             if fits(p, c, e) {
                 return Some(e);
             }
-            e += 1;
         }
         None
     };
