@@ -28,6 +28,7 @@ pub mod identity;
 pub mod layer;
 mod limiter;
 pub mod policy;
+pub mod resilience;
 pub mod server;
 pub mod store;
 pub mod telemetry;

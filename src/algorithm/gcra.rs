@@ -42,11 +42,12 @@ pub(super) fn decide(
             ttl_us: used,
         }
     } else {
-        let retry = if used > window {
-            used - window
-        } else {
-            queued - max_delay
-        };
+        // Both conditions must hold at the retry time: room in the window
+        // and, when shaping, a queue ahead no longer than `max_delay`.
+        let mut retry = used.saturating_sub(window);
+        if max_delay > 0 {
+            retry = retry.max(queued.saturating_sub(max_delay));
+        }
         Step {
             verdict: Verdict {
                 allowed: false,

@@ -9,6 +9,23 @@ use super::{Step, Verdict, ceil_us};
 use crate::algorithm::State;
 use crate::clock::{MICROS_PER_SEC, Micros};
 
+/// Tokens held at `now` by a bucket that held `tokens` at `last`. A clock
+/// that steps back refills nothing; it never drains either. Once the time to
+/// refill to full (the TTL written with the state) has passed, the bucket is
+/// exactly full, as a fresh key would be: adding `elapsed × per_us` back
+/// could fall an ulp short of `cap`.
+fn refill(cap: f64, per_us: f64, tokens: f64, last: Micros, now: Micros) -> f64 {
+    if now <= last {
+        return tokens;
+    }
+    let elapsed = now - last;
+    if elapsed >= ceil_us((cap - tokens) / per_us) {
+        cap
+    } else {
+        cap.min(tokens + elapsed as f64 * per_us)
+    }
+}
+
 pub(super) fn decide(
     capacity: u64,
     refill_per_second: f64,
@@ -18,15 +35,12 @@ pub(super) fn decide(
 ) -> Step {
     let cap = capacity as f64;
     let per_us = refill_per_second / MICROS_PER_SEC as f64;
-    let (mut tokens, last) = match state {
+    let (stored, stored_last) = match state {
         Some(State::Tokens { tokens, last_us }) => (*tokens, *last_us),
         _ => (cap, now),
     };
-    // A clock that steps back refills nothing; it never drains either.
-    if now > last {
-        tokens = cap.min(tokens + (now - last) as f64 * per_us);
-    }
-    let last = last.max(now);
+    let tokens = refill(cap, per_us, stored, stored_last, now);
+    let last = stored_last.max(now);
     let need = cost as f64;
     if tokens >= need {
         let left = tokens - need;
@@ -47,12 +61,26 @@ pub(super) fn decide(
         }
     } else {
         let reset = ceil_us((cap - tokens) / per_us);
+        // The closed form, then corrected by at most a microsecond or two so
+        // that the request passes at exactly `now + retry` and not a
+        // microsecond earlier, as the same refill arithmetic computes it.
+        let passes = |wait: u64| refill(cap, per_us, stored, stored_last, now + wait) >= need;
+        let mut retry = (last - now) + ceil_us((need - tokens) / per_us).max(1);
+        for _ in 0..4 {
+            if !passes(retry) {
+                retry += 1;
+            } else if retry > 1 && passes(retry - 1) {
+                retry -= 1;
+            } else {
+                break;
+            }
+        }
         Step {
             verdict: Verdict {
                 allowed: false,
                 remaining: tokens,
                 reset_after_us: reset,
-                retry_after_us: ceil_us((need - tokens) / per_us).max(1),
+                retry_after_us: retry,
                 delay_us: 0,
             },
             state: None,

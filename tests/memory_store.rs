@@ -1,0 +1,278 @@
+//! The memory store: all limits of a request decided together, all or
+//! nothing; shadow limits; peeks; concurrency; memory bounded under millions
+//! of distinct keys; expired keys deciding like fresh ones.
+
+use std::sync::Arc;
+
+use ratewatch::algorithm::Algorithm;
+use ratewatch::clock::ManualClock;
+use ratewatch::store::{Batch, Item, MemoryStore, Store, StoreDecision};
+
+const SEC: u64 = 1_000_000;
+const T0: u64 = 1_700_000_000_000_000;
+
+fn store() -> (MemoryStore, ManualClock) {
+    let clock = ManualClock::new(T0);
+    (MemoryStore::with_clock(Arc::new(clock.clone())), clock)
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a current-thread runtime")
+        .block_on(f)
+}
+
+async fn decide(store: &MemoryStore, batch: Batch<'_>) -> StoreDecision {
+    store
+        .decide(&batch)
+        .await
+        .expect("the memory store decides")
+}
+
+fn burst(capacity: u64) -> Algorithm {
+    Algorithm::TokenBucket {
+        capacity,
+        refill_per_second: 1.0,
+    }
+}
+
+fn day(limit: u64) -> Algorithm {
+    Algorithm::FixedWindow {
+        limit,
+        window_us: 86_400 * SEC,
+    }
+}
+
+/// The free tier: burst + minute + day, on one identity.
+fn free_tier(id: &str, day_limit: u64) -> Vec<Item> {
+    vec![
+        Item::new(format!("rw:{{free:{id}}}:burst"), burst(10)),
+        Item::new(
+            format!("rw:{{free:{id}}}:minute"),
+            Algorithm::SlidingWindow {
+                limit: 20,
+                window_us: 60 * SEC,
+            },
+        ),
+        Item::new(format!("rw:{{free:{id}}}:day"), day(day_limit)),
+    ]
+}
+
+#[tokio::test]
+async fn a_request_blocked_by_its_daily_limit_consumes_no_burst_token() {
+    let (store, _clock) = store();
+    let items = free_tier("a", 3);
+    for _ in 0..3 {
+        assert!(decide(&store, Batch::consume(&items, 1)).await.allowed);
+    }
+    for _ in 0..5 {
+        let d = decide(&store, Batch::consume(&items, 1)).await;
+        assert!(!d.allowed);
+        assert!(!d.verdicts[2].allowed, "the day limit blocks");
+        assert!(d.verdicts[0].allowed, "the burst limit alone would admit");
+        // Reported uncharged: what the burst had before the blocked request.
+        assert_eq!(d.verdicts[0].remaining.floor(), 7.0);
+    }
+    let peek = decide(&store, Batch::peek(&items)).await;
+    assert_eq!(peek.verdicts[0].remaining.floor(), 7.0, "burst: 10 - 3");
+    assert!(
+        (peek.verdicts[1].remaining - 17.0).abs() < 1e-9,
+        "minute: 20 - 3"
+    );
+    assert_eq!(peek.verdicts[2].remaining, 0.0);
+}
+
+#[tokio::test]
+async fn a_request_blocked_by_its_burst_consumes_nothing_from_the_day() {
+    let (store, _clock) = store();
+    let items = free_tier("b", 1000);
+    for _ in 0..10 {
+        assert!(decide(&store, Batch::consume(&items, 1)).await.allowed);
+    }
+    for _ in 0..50 {
+        assert!(!decide(&store, Batch::consume(&items, 1)).await.allowed);
+    }
+    let peek = decide(&store, Batch::peek(&items)).await;
+    assert_eq!(peek.verdicts[2].remaining, 990.0);
+    assert!((peek.verdicts[1].remaining - 10.0).abs() < 1e-9);
+}
+
+#[tokio::test]
+async fn a_blocked_request_still_passes_at_its_retry_time() {
+    let (store, clock) = store();
+    let items = free_tier("c", 1000);
+    for _ in 0..10 {
+        assert!(decide(&store, Batch::consume(&items, 1)).await.allowed);
+    }
+    let blocked = decide(&store, Batch::consume(&items, 1)).await;
+    assert!(!blocked.allowed);
+    let retry = blocked.verdicts[0].retry_after_us;
+    assert_eq!(retry, SEC, "one token at 1/s");
+    clock.advance_us(retry - 1);
+    assert!(!decide(&store, Batch::consume(&items, 1)).await.allowed);
+    clock.advance_us(1);
+    assert!(decide(&store, Batch::consume(&items, 1)).await.allowed);
+}
+
+#[tokio::test]
+async fn a_shadow_limit_never_blocks_and_is_not_charged_when_it_would_block() {
+    let (store, _clock) = store();
+    let mut shadow = Item::new("rw:{free:s}:strict", burst(2));
+    shadow.shadow = true;
+    let items = vec![Item::new("rw:{free:s}:burst", burst(5)), shadow];
+    let mut shadow_blocked = 0;
+    for i in 0..5 {
+        let d = decide(&store, Batch::consume(&items, 1)).await;
+        assert!(d.allowed, "request {i} is admitted by the enforced limit");
+        if !d.verdicts[1].allowed {
+            shadow_blocked += 1;
+        }
+    }
+    assert_eq!(shadow_blocked, 3);
+    let peek = decide(&store, Batch::peek(&items)).await;
+    assert_eq!(peek.verdicts[0].remaining.floor(), 0.0);
+    // Charged for the two it admitted, not for the three it would have blocked.
+    assert!(peek.verdicts[1].remaining.abs() < 1e-9);
+    let blocked = decide(&store, Batch::consume(&items, 1)).await;
+    assert!(!blocked.allowed, "the enforced limit still blocks");
+    // Exactly 1 s until the shadow bucket has a token: it was not charged
+    // below zero by the requests it would have blocked.
+    assert_eq!(blocked.verdicts[1].retry_after_us, SEC);
+}
+
+#[tokio::test]
+async fn a_shadow_limit_that_admits_is_charged_like_an_enforced_one() {
+    let (store, _clock) = store();
+    let mut shadow = Item::new("rw:{free:t}:strict", day(10));
+    shadow.shadow = true;
+    let items = vec![Item::new("rw:{free:t}:burst", burst(5)), shadow];
+    for _ in 0..4 {
+        assert!(decide(&store, Batch::consume(&items, 1)).await.allowed);
+    }
+    let peek = decide(&store, Batch::peek(&items)).await;
+    assert_eq!(peek.verdicts[1].remaining, 6.0);
+}
+
+#[tokio::test]
+async fn a_peek_reports_the_quota_without_consuming_it() {
+    let (store, _clock) = store();
+    let items = free_tier("p", 1000);
+    assert!(decide(&store, Batch::consume(&items, 4)).await.allowed);
+    for _ in 0..20 {
+        let peek = decide(&store, Batch::peek(&items)).await;
+        assert!(peek.allowed);
+        assert_eq!(peek.verdicts[0].remaining.floor(), 6.0);
+        assert_eq!(peek.verdicts[2].remaining, 996.0);
+    }
+    // The six tokens left are all still there.
+    assert!(decide(&store, Batch::consume(&items, 6)).await.allowed);
+    assert!(!decide(&store, Batch::consume(&items, 1)).await.allowed);
+}
+
+#[tokio::test]
+async fn a_peek_of_a_fresh_identity_stores_nothing() {
+    let (store, _clock) = store();
+    let items = free_tier("fresh", 1000);
+    let peek = decide(&store, Batch::peek(&items)).await;
+    assert!(peek.allowed);
+    assert_eq!(peek.verdicts[2].remaining, 1000.0);
+    assert!(store.is_empty());
+}
+
+#[test]
+fn eight_threads_hammering_one_identity_admit_exactly_the_capacity() {
+    const CAPACITY: u64 = 500;
+    let (store, _clock) = store();
+    // The clock stands still, so the bucket refills nothing while it is hammered.
+    let items = vec![
+        Item::new(
+            "rw:{free:hot}:burst",
+            Algorithm::TokenBucket {
+                capacity: CAPACITY,
+                refill_per_second: 0.001,
+            },
+        ),
+        Item::new("rw:{free:hot}:day", day(1_000_000)),
+    ];
+    let admitted: u64 = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                s.spawn(|| {
+                    block_on(async {
+                        let mut n = 0;
+                        for _ in 0..200 {
+                            if decide(&store, Batch::consume(&items, 1)).await.allowed {
+                                n += 1;
+                            }
+                        }
+                        n
+                    })
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a hammering thread"))
+            .sum()
+    });
+    assert_eq!(admitted, CAPACITY);
+    let peek = block_on(decide(&store, Batch::peek(&items)));
+    assert_eq!(peek.verdicts[1].remaining, (1_000_000 - CAPACITY) as f64);
+}
+
+#[test]
+fn memory_stays_bounded_under_two_million_distinct_short_lived_keys() {
+    let (store, clock) = store();
+    // Each key holds one token refilled in 1 s, so it lives for 1 s; one new
+    // key arrives every 100 µs, so at most LIVE keys are live at any time.
+    const LIVE: usize = 10_000;
+    let alg = Algorithm::TokenBucket {
+        capacity: 1,
+        refill_per_second: 1.0,
+    };
+    // The store keeps 64 shards and sweeps one when it has grown past
+    // max(2 × its keys after its last sweep, 1024). A sweep leaves only live
+    // keys, about LIVE / 64 = 156 per shard (12 standard deviations below
+    // 512), so every threshold stays at 1024 and a shard never holds more
+    // than 1025 keys: the store holds at most 64 × 1025 = 65,600, against
+    // 2,000,000 without sweeping.
+    const BOUND: usize = 64 * 1025;
+    let mut most = 0;
+    for i in 0..2_000_000u64 {
+        let items = [Item::new(format!("rw:{{free:{i:x}}}:burst"), alg.clone())];
+        assert!(store.decide_now(&Batch::consume(&items, 1)).allowed);
+        clock.advance_us(100);
+        if i % 10_000 == 0 {
+            let len = store.len();
+            most = most.max(len);
+            assert!(len <= BOUND, "{len} keys held after {i} inserts");
+        }
+    }
+    assert!(most > LIVE, "the sweep is amortised, not per insert");
+    // The first key expired long ago and decides like a fresh one.
+    let first = [Item::new("rw:{free:0}:burst", alg)];
+    let d = store.decide_now(&Batch::peek(&first));
+    assert_eq!(d.verdicts[0].remaining, 1.0);
+}
+
+#[tokio::test]
+async fn a_key_past_its_ttl_decides_like_a_fresh_one() {
+    let (store, clock) = store();
+    let used = free_tier("old", 1000);
+    let fresh = free_tier("new", 1000);
+    for _ in 0..10 {
+        assert!(decide(&store, Batch::consume(&used, 1)).await.allowed);
+    }
+    // The longest TTL of the three: the day window's end, at most one day.
+    clock.advance_us(86_400 * SEC);
+    let a = decide(&store, Batch::consume(&used, 3)).await;
+    let b = decide(&store, Batch::consume(&fresh, 3)).await;
+    assert_eq!(a.verdicts, b.verdicts);
+    store.sweep();
+    assert_eq!(
+        store.len(),
+        6,
+        "only the two identities' fresh writes are left"
+    );
+}
