@@ -34,7 +34,10 @@ fn start_server(config: &std::path::Path, redis_url: &str) -> Server {
         .expect("start ratewatch serve");
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "ratewatch serve did not listen on {port}");
+        assert!(
+            Instant::now() < deadline,
+            "ratewatch serve did not listen on {port}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     Server { child, port }

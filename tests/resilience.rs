@@ -52,11 +52,18 @@ fn redis_store(url: String) -> StoreSettings {
 }
 
 async fn app(p: Policy) -> (Router, Limiter) {
-    let limiter = Limiter::new(p).await.expect("limiter starts even if Redis is down");
+    let limiter = Limiter::new(p)
+        .await
+        .expect("limiter starts even if Redis is down");
     (server::app(limiter.clone()), limiter)
 }
 
-async fn send(app: &Router, method: &str, path: &str, key: &str) -> (u16, Duration, http::HeaderMap) {
+async fn send(
+    app: &Router,
+    method: &str,
+    path: &str,
+    key: &str,
+) -> (u16, Duration, http::HeaderMap) {
     let req = Request::builder()
         .method(method)
         .uri(path)
@@ -65,11 +72,21 @@ async fn send(app: &Router, method: &str, path: &str, key: &str) -> (u16, Durati
         .unwrap();
     let started = Instant::now();
     let res = app.clone().oneshot(req).await.unwrap();
-    (res.status().as_u16(), started.elapsed(), res.headers().clone())
+    (
+        res.status().as_u16(),
+        started.elapsed(),
+        res.headers().clone(),
+    )
 }
 
 /// Sends `n` concurrent requests and returns their statuses and latencies.
-async fn burst(app: &Router, method: &'static str, path: &'static str, keys: usize, n: usize) -> Vec<(u16, Duration, http::HeaderMap)> {
+async fn burst(
+    app: &Router,
+    method: &'static str,
+    path: &'static str,
+    keys: usize,
+    n: usize,
+) -> Vec<(u16, Duration, http::HeaderMap)> {
     let mut tasks = Vec::new();
     for i in 0..n {
         let app = app.clone();
@@ -113,7 +130,10 @@ async fn the_local_fallback_admits_no_more_than_its_share() {
     let results = burst(&app, "GET", "/api/users", 1, 100).await;
     let admitted = results.iter().filter(|r| r.0 == 200).count();
     // 40 per identity across 4 expected instances: this one may admit 10.
-    assert_eq!(admitted, 10, "local fallback admits exactly limit / expected_instances");
+    assert_eq!(
+        admitted, 10,
+        "local fallback admits exactly limit / expected_instances"
+    );
     assert!(results.iter().all(|r| r.0 == 200 || r.0 == 429));
 }
 
@@ -132,11 +152,17 @@ async fn a_frozen_redis_trips_the_breaker_and_receives_no_calls_until_the_probe(
         assert_eq!(status, 200);
         assert!(took < TIMEOUT + Duration::from_millis(100));
     }
-    assert!(started.elapsed() < Duration::from_millis(400), "breaker opened: later calls did not wait");
+    assert!(
+        started.elapsed() < Duration::from_millis(400),
+        "breaker opened: later calls did not wait"
+    );
     redis.resume();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let calls = redis.command_calls("evalsha") + redis.command_calls("eval");
-    assert_eq!(calls, 5, "only the calls before the breaker opened reached Redis");
+    assert_eq!(
+        calls, 5,
+        "only the calls before the breaker opened reached Redis"
+    );
 
     // After open_ms a probe goes through, the breaker closes, and decisions
     // are exact again.
@@ -163,7 +189,10 @@ async fn a_restarted_redis_loses_its_scripts_and_no_error_reaches_a_client() {
         if status == 200 {
             break;
         }
-        assert!(Instant::now() < deadline, "decisions never came back to Redis");
+        assert!(
+            Instant::now() < deadline,
+            "decisions never came back to Redis"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The counters were lost with the restart: a fresh identity gets exactly 40.
@@ -187,7 +216,10 @@ async fn a_server_started_while_redis_is_down_answers_by_policy_and_connects_lat
         if send(&app, "GET", "/api/users", "free_early").await.0 == 200 {
             break;
         }
-        assert!(Instant::now() < deadline, "never connected to the Redis that appeared");
+        assert!(
+            Instant::now() < deadline,
+            "never connected to the Redis that appeared"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -220,9 +252,17 @@ async fn on_a_cluster_only_the_lost_shards_identities_fall_back() {
     cluster.nodes[0].kill();
     for key in elsewhere.iter().take(5) {
         for _ in 0..40 {
-            assert_eq!(send(&app, "GET", "/api/users", key).await.0, 200, "other shards stay exact");
+            assert_eq!(
+                send(&app, "GET", "/api/users", key).await.0,
+                200,
+                "other shards stay exact"
+            );
         }
-        assert_eq!(send(&app, "GET", "/api/users", key).await.0, 429, "and still block at the bound");
+        assert_eq!(
+            send(&app, "GET", "/api/users", key).await.0,
+            429,
+            "and still block at the bound"
+        );
     }
     for key in on_victim.iter().take(3) {
         let (status, took, _) = send(&app, "GET", "/api/users", key).await;
