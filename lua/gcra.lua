@@ -32,11 +32,11 @@ function ALG.gcra.decide(key, interval, burst, max_delay, now, cost)
     return { allowed = true, remaining = idiv(window - used, interval),
              reset = used, retry = 0, delay = delay, ttl = used, tat = new_tat }
   end
-  local retry
-  if used > window then
-    retry = used - window
-  else
-    retry = queued - max_delay
+  -- Both must hold at the retry time: room in the window and, when
+  -- shaping, a queue ahead no longer than the maximum delay.
+  local retry = sat_sub(used, window)
+  if max_delay > 0 then
+    retry = math.max(retry, sat_sub(queued, max_delay))
   end
   return { allowed = false, remaining = idiv(sat_sub(window, queued), interval),
            reset = queued, retry = math.max(retry, 1), delay = 0, ttl = queued }

@@ -12,20 +12,31 @@
 
 ALG.token_bucket = {}
 
+-- Tokens held at `now` by a bucket that held `tokens` at `last`. A clock
+-- that steps back refills nothing; it never drains either. Once the time to
+-- refill to full has passed the bucket is exactly full, as a fresh key is.
+local function tb_refill(cap, per_us, tokens, last, now)
+  if now <= last then
+    return tokens
+  end
+  local elapsed = now - last
+  if elapsed >= ceil_us((cap - tokens) / per_us) then
+    return cap
+  end
+  return math.min(cap, tokens + elapsed * per_us)
+end
+
 function ALG.token_bucket.decide(key, capacity, refill_per_second, _, now, cost)
   local cap = capacity
   local per_us = refill_per_second / 1000000
-  local tokens, last = cap, now
+  local stored_tokens, stored_last = cap, now
   local stored = redis.call('HMGET', key, 'tokens', 'last')
   if stored[1] and stored[2] then
-    tokens = tonumber(stored[1])
-    last = tonumber(stored[2])
+    stored_tokens = tonumber(stored[1])
+    stored_last = tonumber(stored[2])
   end
-  -- A clock that steps back refills nothing; it never drains either.
-  if now > last then
-    tokens = math.min(cap, tokens + (now - last) * per_us)
-  end
-  last = math.max(last, now)
+  local tokens = tb_refill(cap, per_us, stored_tokens, stored_last, now)
+  local last = math.max(stored_last, now)
   local need = cost
   if tokens >= need then
     local left = tokens - need
@@ -34,8 +45,22 @@ function ALG.token_bucket.decide(key, capacity, refill_per_second, _, now, cost)
              delay = 0, ttl = reset, tokens = left, last = last }
   end
   local reset = ceil_us((cap - tokens) / per_us)
-  return { allowed = false, remaining = tokens, reset = reset,
-           retry = math.max(ceil_us((need - tokens) / per_us), 1),
+  -- The closed form, corrected by at most a few microseconds so the request
+  -- passes at exactly now + retry and not a microsecond earlier.
+  local function passes(wait)
+    return tb_refill(cap, per_us, stored_tokens, stored_last, now + wait) >= need
+  end
+  local retry = (last - now) + math.max(ceil_us((need - tokens) / per_us), 1)
+  for _ = 1, 4 do
+    if not passes(retry) then
+      retry = retry + 1
+    elseif retry > 1 and passes(retry - 1) then
+      retry = retry - 1
+    else
+      break
+    end
+  end
+  return { allowed = false, remaining = tokens, reset = reset, retry = retry,
            delay = 0, ttl = reset }
 end
 
