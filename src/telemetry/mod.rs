@@ -122,6 +122,17 @@ struct Inner {
     closed: AtomicBool,
 }
 
+/// What one pipeline holds until its next flush.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// Events aggregated.
+    pub events: u64,
+    /// Distinct (tier, route, shard, outcome) series (at most [`MAX_SERIES`]).
+    pub series: usize,
+    /// Blocked identities tracked (at most `top_keys`).
+    pub identities: usize,
+}
+
 /// The telemetry pipeline of a limiter. Cheap to clone; clones share it.
 #[derive(Clone, Default)]
 pub struct Telemetry {
@@ -244,6 +255,18 @@ impl Telemetry {
             inner.closed.store(true, Ordering::SeqCst);
             inner.flush().await;
         }
+    }
+
+    /// What waits for the next flush; bounded whatever the traffic.
+    pub fn backlog(&self) -> Backlog {
+        self.inner.as_ref().map_or(Backlog::default(), |i| {
+            let b = i.batch.lock();
+            Backlog {
+                events: b.events,
+                series: b.counters.len(),
+                identities: b.top.len(),
+            }
+        })
     }
 
     /// A reader of the fleet view this pipeline writes.
