@@ -146,4 +146,3 @@ impl std::fmt::Debug for Identity {
             .finish()
     }
 }
-

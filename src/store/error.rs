@@ -32,6 +32,10 @@ impl StoreError {
 
     /// The `reason` label: `timeout` or `error`.
     pub fn reason(&self) -> &'static str {
-        if self.is_timeout() { "timeout" } else { "error" }
+        if self.is_timeout() {
+            "timeout"
+        } else {
+            "error"
+        }
     }
 }
