@@ -98,7 +98,7 @@ fn pairs(m: &AHashMap<String, u64>) -> Vec<(String, u64)> {
 /// Keeps the `keep` highest counts.
 fn trim(m: &mut AHashMap<String, u64>, keep: usize) {
     let mut v: Vec<(String, u64)> = m.drain().collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v.sort_by_key(|e| std::cmp::Reverse(e.1));
     v.truncate(keep);
     m.extend(v);
 }
