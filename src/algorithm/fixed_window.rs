@@ -15,9 +15,7 @@ pub(super) fn decide(
 ) -> Step {
     let start = now - now % window;
     let count = match state {
-        Some(State::Window {
-            start_us, count, ..
-        }) if *start_us == start => *count,
+        Some(State::Window { start_us, count, .. }) if *start_us == start => *count,
         _ => 0,
     };
     let reset = start + window - now;

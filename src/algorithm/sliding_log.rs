@@ -24,11 +24,7 @@ pub(super) fn decide(
     if count + cost <= limit {
         log.extend(std::iter::repeat_n(now, cost as usize));
         let oldest = log.front().copied().unwrap_or(now);
-        let reset = if log.is_empty() {
-            0
-        } else {
-            oldest + window - now
-        };
+        let reset = if log.is_empty() { 0 } else { oldest + window - now };
         Step {
             verdict: Verdict {
                 allowed: true,

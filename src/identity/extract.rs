@@ -40,11 +40,7 @@ impl IdentityError {
 /// extensions (where `ConnectInfo<SocketAddr>` carries the peer address).
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The caller of a request, or why it has none.
-    fn extract(
-        &self,
-        headers: &HeaderMap,
-        extensions: &Extensions,
-    ) -> Result<Identity, IdentityError>;
+    fn extract(&self, headers: &HeaderMap, extensions: &Extensions) -> Result<Identity, IdentityError>;
 }
 
 /// The default extractor: the API key header, then `Authorization: Bearer`,
@@ -164,14 +160,8 @@ fn bearer_token(v: &[u8]) -> Option<&[u8]> {
 }
 
 impl KeyExtractor for HeaderExtractor {
-    fn extract(
-        &self,
-        headers: &HeaderMap,
-        extensions: &Extensions,
-    ) -> Result<Identity, IdentityError> {
-        let peer = extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0.ip());
+    fn extract(&self, headers: &HeaderMap, extensions: &Extensions) -> Result<Identity, IdentityError> {
+        let peer = extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
         self.identify(headers, peer)
     }
 }
@@ -199,22 +189,16 @@ mod tests {
     #[test]
     fn api_key_wins_over_bearer_and_ip() {
         let h = headers(&[("x-api-key", b"free_k1"), ("authorization", b"Bearer t")]);
-        let id = ex()
-            .identify(&h, Some("10.0.0.1".parse().unwrap()))
-            .unwrap();
+        let id = ex().identify(&h, Some("10.0.0.1".parse().unwrap())).unwrap();
         assert_eq!(id.kind(), IdentityKind::ApiKey);
         assert_eq!(id.raw(), "free_k1");
     }
 
     #[test]
     fn bearer_scheme_is_case_insensitive_and_basic_is_ignored() {
-        let id = ex()
-            .identify(&headers(&[("authorization", b"bEaReR tok")]), None)
-            .unwrap();
+        let id = ex().identify(&headers(&[("authorization", b"bEaReR tok")]), None).unwrap();
         assert_eq!((id.kind(), id.raw()), (IdentityKind::Bearer, "tok"));
-        let id = ex()
-            .identify(&headers(&[("authorization", b"Basic abc")]), None)
-            .unwrap();
+        let id = ex().identify(&headers(&[("authorization", b"Basic abc")]), None).unwrap();
         assert!(id.is_anonymous());
     }
 
@@ -236,22 +220,16 @@ mod tests {
     #[test]
     fn forwarded_for_is_honoured_only_from_trusted_proxies() {
         let h = headers(&[("x-forwarded-for", b"203.0.113.9, 127.0.0.1")]);
-        let via_proxy = ex()
-            .identify(&h, Some("127.0.0.1".parse().unwrap()))
-            .unwrap();
+        let via_proxy = ex().identify(&h, Some("127.0.0.1".parse().unwrap())).unwrap();
         assert_eq!(via_proxy.ip, Some("203.0.113.9".parse().unwrap()));
-        let direct = ex()
-            .identify(&h, Some("198.51.100.7".parse().unwrap()))
-            .unwrap();
+        let direct = ex().identify(&h, Some("198.51.100.7".parse().unwrap())).unwrap();
         assert_eq!(direct.ip, Some("198.51.100.7".parse().unwrap()));
     }
 
     #[test]
     fn garbage_forwarded_for_from_a_trusted_proxy_is_a_400() {
         let h = headers(&[("x-forwarded-for", b"not-an-ip")]);
-        let err = ex()
-            .identify(&h, Some("127.0.0.1".parse().unwrap()))
-            .unwrap_err();
+        let err = ex().identify(&h, Some("127.0.0.1".parse().unwrap())).unwrap_err();
         assert_eq!(err.status(), http::StatusCode::BAD_REQUEST);
     }
 
@@ -261,9 +239,7 @@ mod tests {
             anonymous: AnonymousMode::Reject,
             ..Default::default()
         };
-        let err = HeaderExtractor::new(settings)
-            .identify(&HeaderMap::new(), None)
-            .unwrap_err();
+        let err = HeaderExtractor::new(settings).identify(&HeaderMap::new(), None).unwrap_err();
         assert_eq!(err.status(), http::StatusCode::UNAUTHORIZED);
     }
 }

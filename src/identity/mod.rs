@@ -146,3 +146,4 @@ impl std::fmt::Debug for Identity {
             .finish()
     }
 }
+

@@ -4,8 +4,8 @@
 use std::collections::HashSet;
 
 use super::{
-    ConfigError, DashboardSettings, IdentitySettings, Limit, Policy, ResilienceSettings, RouteRule,
-    StoreSettings, TelemetrySettings, Tier,
+    ConfigError, DashboardSettings, IdentitySettings, Limit, Policy, ResilienceSettings,
+    RouteRule, StoreSettings, TelemetrySettings, Tier,
 };
 
 /// Builds a [`Policy`]; [`PolicyBuilder::build`] validates it.
@@ -175,10 +175,7 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
         if !names.insert(tier.name.as_str()) {
             return Err((
                 format!("{at}.name"),
-                format!(
-                    "duplicate tier name \"{}\"; tier names must be unique",
-                    tier.name
-                ),
+                format!("duplicate tier name \"{}\"; tier names must be unique", tier.name),
             ));
         }
         if tier.split == 0 || tier.split > 64 {
@@ -197,11 +194,7 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
                 field.into(),
                 format!(
                     "names tier \"{required}\", which is not defined; defined tiers: {}",
-                    p.tiers
-                        .iter()
-                        .map(|t| t.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    p.tiers.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
                 ),
             ));
         }
@@ -248,10 +241,7 @@ fn check_limits(limits: &[Limit], at: &str, cost: u64) -> Result<(), (String, St
         if !names.insert(limit.name.as_str()) {
             return Err((
                 format!("{at}.name"),
-                format!(
-                    "duplicate limit name \"{}\"; limit names must be unique within a tier",
-                    limit.name
-                ),
+                format!("duplicate limit name \"{}\"; limit names must be unique within a tier", limit.name),
             ));
         }
         limit.algorithm.validate().map_err(|m| {

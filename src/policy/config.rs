@@ -84,9 +84,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().map_err(|_| {
-        format!("\"{s}\" is not a duration; write a number and a unit, like \"60s\"")
-    })?;
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("\"{s}\" is not a duration; write a number and a unit, like \"60s\""))?;
     let secs = match unit.trim() {
         "ms" => n / 1000.0,
         "s" | "" => n,

@@ -63,11 +63,7 @@ impl Limit {
     }
 
     /// A sliding window counter of `limit` units per `window`.
-    pub fn sliding_window(
-        name: impl Into<String>,
-        limit: u64,
-        window: std::time::Duration,
-    ) -> Self {
+    pub fn sliding_window(name: impl Into<String>, limit: u64, window: std::time::Duration) -> Self {
         Self::new(
             name,
             Algorithm::SlidingWindow {

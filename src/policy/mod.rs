@@ -26,8 +26,8 @@ pub use config::{ConfigError, parse_duration};
 pub use limit::{Limit, Scope};
 pub use route::{RouteRule, path_matches};
 pub use settings::{
-    AnonymousMode, BreakerSettings, DashboardSettings, FailurePolicy, IdentitySettings, IpNet,
-    KeyDisplay, ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings,
+    AnonymousMode, BreakerSettings, DashboardSettings, FailurePolicy, IdentitySettings,
+    IpNet, KeyDisplay, ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings,
     ip_in as settings_ip_in,
 };
 pub use tier::Tier;
@@ -75,11 +75,7 @@ impl Policy {
     pub fn tier_for_key(&self, key: &str) -> &str {
         self.tiers
             .iter()
-            .find(|t| {
-                t.match_prefix
-                    .as_deref()
-                    .is_some_and(|p| key.starts_with(p))
-            })
+            .find(|t| t.match_prefix.as_deref().is_some_and(|p| key.starts_with(p)))
             .map_or(self.identity.default_tier.as_str(), |t| t.name.as_str())
     }
 }

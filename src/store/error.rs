@@ -32,10 +32,6 @@ impl StoreError {
 
     /// The `reason` label: `timeout` or `error`.
     pub fn reason(&self) -> &'static str {
-        if self.is_timeout() {
-            "timeout"
-        } else {
-            "error"
-        }
+        if self.is_timeout() { "timeout" } else { "error" }
     }
 }

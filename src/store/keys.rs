@@ -90,10 +90,7 @@ mod tests {
 
     #[test]
     fn identity_kinds_do_not_share_counters() {
-        assert_ne!(
-            hash_identity("key", "1.2.3.4"),
-            hash_identity("ip", "1.2.3.4")
-        );
+        assert_ne!(hash_identity("key", "1.2.3.4"), hash_identity("ip", "1.2.3.4"));
     }
 
     #[test]
