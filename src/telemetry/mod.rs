@@ -1,25 +1,364 @@
 //! Telemetry: decision events, Prometheus metrics and the fleet view.
 //!
-//! The hot path only calls [`Telemetry::record`], which never blocks and
-//! never fails a request.
+//! The hot path only calls [`Telemetry::record`], which takes one short
+//! lock, never awaits and never fails a request. Each event updates the
+//! Prometheus metrics of [`metrics`] and the current interval's aggregate;
+//! every `flush_interval` a task flushes the aggregate into the fleet view
+//! (in process, or one Redis pipeline per time bucket), which
+//! [`FleetReader::query`] merges over a time range for the dashboard.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use ratewatch::policy::TelemetrySettings;
+//! use ratewatch::telemetry::{Event, Outcome, Telemetry};
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let telemetry = Telemetry::in_process(&TelemetrySettings::default());
+//! telemetry.record(&Event {
+//!     tier: Arc::from("free"),
+//!     route: Arc::from("*"),
+//!     limit: Some(Arc::from("burst")),
+//!     exceeded: vec![Arc::from("burst")],
+//!     outcome: Outcome::Blocked,
+//!     shard: Arc::from("memory"),
+//!     identity: "free_tk…9f3a".into(),
+//!     cost: 1,
+//!     redis_rtt: None,
+//!     fallback: None,
+//! });
+//! let now = ratewatch::telemetry::unix_now();
+//! let stats = telemetry.fleet().query(now - 60, now).await.unwrap();
+//! assert_eq!(stats.totals["free"]["blocked"], 1);
+//! assert_eq!(stats.top_blocked[0].identity, "free_tk…9f3a");
+//! # });
+//! ```
 
+mod aggregate;
 mod event;
+mod fleet;
+mod memory_view;
+pub mod metrics;
+#[cfg(feature = "redis-store")]
+mod redis_sink;
+mod topk;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+#[cfg(feature = "redis-store")]
+use crate::policy::StoreKind;
+use crate::policy::{StoreSettings, TelemetrySettings};
+use aggregate::{Batch, Flat};
+use memory_view::MemoryView;
+
+pub use aggregate::MAX_SERIES;
 pub use event::{Event, FallbackReason, Outcome};
+pub use fleet::{BlockedKey, FleetStats, RESOLUTIONS, Resolution, RttStats, quantile};
+pub use metrics::{DropReason, RttOp, render};
+#[cfg(feature = "redis-store")]
+pub use redis_sink::{Endpoints, RedisTarget};
+pub use topk::TopK;
 
-/// The telemetry pipeline of a limiter. Cheap to clone.
-#[derive(Debug, Clone, Default)]
-pub struct Telemetry {}
+/// Why the fleet view could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TelemetryError {
+    /// Redis answered an error or could not be reached.
+    #[cfg(feature = "redis-store")]
+    #[error("fleet view in Redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// Redis did not answer within the budget.
+    #[error("fleet view in Redis did not answer in time")]
+    Timeout,
+    /// `from` is after `to`.
+    #[error("time range starts at {from}, after its end {to}")]
+    InvalidRange {
+        /// Range start.
+        from: u64,
+        /// Range end.
+        to: u64,
+    },
+}
 
-impl Telemetry {
-    /// A pipeline that records nothing but Prometheus metrics.
-    pub fn new() -> Self {
-        Self {}
+impl TelemetryError {
+    /// Whether trying again later may succeed.
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, TelemetryError::InvalidRange { .. })
     }
 
-    /// Records one decision; never blocks.
-    pub fn record(&self, _event: &Event) {}
+    /// Whether the error is a timeout.
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            TelemetryError::Timeout => true,
+            #[cfg(feature = "redis-store")]
+            TelemetryError::Redis(e) => e.is_timeout(),
+            TelemetryError::InvalidRange { .. } => false,
+        }
+    }
+}
 
-    /// Flushes what is buffered.
-    pub async fn shutdown(&self) {}
+/// Seconds since the Unix epoch, the time of fleet-view buckets.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+enum Sink {
+    Memory(MemoryView),
+    #[cfg(feature = "redis-store")]
+    Redis(redis_sink::RedisSink),
+}
+
+struct Inner {
+    batch: Mutex<Batch>,
+    sink: Sink,
+    settings: TelemetrySettings,
+    /// Serialises flushes: the periodic task and `shutdown` never
+    /// interleave.
+    flushing: tokio::sync::Mutex<()>,
+    closed: AtomicBool,
+}
+
+/// What one pipeline holds until its next flush.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// Events aggregated.
+    pub events: u64,
+    /// Distinct (tier, route, shard, outcome) series (at most [`MAX_SERIES`]).
+    pub series: usize,
+    /// Blocked identities tracked (at most `top_keys`).
+    pub identities: usize,
+}
+
+/// The telemetry pipeline of a limiter. Cheap to clone; clones share it.
+#[derive(Clone, Default)]
+pub struct Telemetry {
+    inner: Option<Arc<Inner>>,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.inner.as_deref().map(|i| &i.sink) {
+            None => "metrics-only",
+            Some(Sink::Memory(_)) => "in-process",
+            #[cfg(feature = "redis-store")]
+            Some(Sink::Redis(_)) => "redis",
+        };
+        f.debug_struct("Telemetry")
+            .field("fleet_view", &kind)
+            .finish()
+    }
+}
+
+impl Telemetry {
+    /// A pipeline that records Prometheus metrics only: no fleet view.
+    pub fn new() -> Self {
+        Self::disabled()
+    }
+
+    /// Prometheus metrics only, no fleet view (the cheapest; for benchmarks
+    /// and for limiters that do not want a dashboard).
+    pub fn disabled() -> Self {
+        Self { inner: None }
+    }
+
+    /// The fleet view kept in process (the memory store: one instance is
+    /// the fleet). Flushes every `flush_interval` on the current tokio
+    /// runtime, if any; reads always include what was not flushed yet.
+    pub fn in_process(settings: &TelemetrySettings) -> Self {
+        Self::start(settings, Sink::Memory(MemoryView::new(settings.top_keys)))
+    }
+
+    /// The fleet view in Redis, shared by every instance writing to the
+    /// same keys. Never fails, even if Redis is down: it connects on the
+    /// first flush, and while Redis is away batches are dropped and counted
+    /// in `ratewatch_telemetry_dropped_total`. Call it within a tokio
+    /// runtime so the flush task can start.
+    #[cfg(feature = "redis-store")]
+    pub fn redis(settings: &TelemetrySettings, target: RedisTarget) -> Self {
+        Self::start(
+            settings,
+            Sink::Redis(redis_sink::RedisSink::new(target, settings.top_keys)),
+        )
+    }
+
+    /// The fleet view a store's settings call for: in Redis for the Redis
+    /// kinds (keys under `key_prefix`, flushes bounded by the store timeout
+    /// times 20), in process for the memory store.
+    pub fn for_store(settings: &TelemetrySettings, store: &StoreSettings) -> Self {
+        #[cfg(feature = "redis-store")]
+        {
+            let timeout = (store.timeout * 20).min(std::time::Duration::from_secs(2));
+            let target = match store.kind {
+                StoreKind::Redis => store
+                    .url
+                    .clone()
+                    .map(|url| RedisTarget::node(url, store.key_prefix.clone())),
+                StoreKind::RedisCluster if !store.nodes.is_empty() => Some(RedisTarget::cluster(
+                    store.nodes.clone(),
+                    store.key_prefix.clone(),
+                )),
+                _ => None,
+            };
+            if let Some(target) = target {
+                return Self::redis(settings, target.with_timeout(timeout));
+            }
+        }
+        #[cfg(not(feature = "redis-store"))]
+        let _ = store;
+        Self::in_process(settings)
+    }
+
+    fn start(settings: &TelemetrySettings, sink: Sink) -> Self {
+        let inner = Arc::new(Inner {
+            batch: Mutex::new(Batch::new(settings.top_keys)),
+            sink,
+            settings: settings.clone(),
+            flushing: tokio::sync::Mutex::new(()),
+            closed: AtomicBool::new(false),
+        });
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(flush_loop(Arc::downgrade(&inner), settings.flush_interval));
+        }
+        Self { inner: Some(inner) }
+    }
+
+    /// Records one decision: Prometheus metrics, then the interval's
+    /// aggregate. Never blocks beyond one short lock, never fails.
+    pub fn record(&self, event: &Event) {
+        metrics::record_event(event);
+        if let Some(inner) = &self.inner {
+            inner.batch.lock().add(event);
+        }
+    }
+
+    /// Counts a breaker trip in Prometheus and in the fleet view.
+    pub fn record_breaker_trip(&self, shard: &str) {
+        metrics::record_breaker_trip(shard);
+    }
+
+    /// Flushes the current aggregate into the fleet view now.
+    pub async fn flush(&self) {
+        if let Some(inner) = &self.inner {
+            inner.flush().await;
+        }
+    }
+
+    /// Stops the flush task and flushes what is left (bounded by the Redis
+    /// timeout). Events recorded afterwards reach Prometheus, and the fleet
+    /// view only through an explicit [`Telemetry::flush`].
+    pub async fn shutdown(&self) {
+        if let Some(inner) = &self.inner {
+            inner.closed.store(true, Ordering::SeqCst);
+            inner.flush().await;
+        }
+    }
+
+    /// What waits for the next flush; bounded whatever the traffic.
+    pub fn backlog(&self) -> Backlog {
+        self.inner.as_ref().map_or(Backlog::default(), |i| {
+            let b = i.batch.lock();
+            Backlog {
+                events: b.events,
+                series: b.counters.len(),
+                identities: b.top.len(),
+            }
+        })
+    }
+
+    /// A reader of the fleet view this pipeline writes.
+    pub fn fleet(&self) -> FleetReader {
+        FleetReader {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl Inner {
+    async fn flush(&self) {
+        let _one_at_a_time = self.flushing.lock().await;
+        let batch = std::mem::replace(&mut *self.batch.lock(), Batch::new(self.settings.top_keys));
+        metrics::record_dropped(DropReason::Overflow, batch.overflow);
+        let flat = Flat::from_batch(batch, aggregate::take_trips());
+        if flat.is_empty() {
+            return;
+        }
+        match &self.sink {
+            Sink::Memory(view) => view.apply(unix_now(), &flat),
+            #[cfg(feature = "redis-store")]
+            Sink::Redis(sink) => sink.write(unix_now(), &flat).await,
+        }
+    }
+}
+
+async fn flush_loop(inner: Weak<Inner>, every: std::time::Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        // Only a weak reference between ticks: dropping every `Telemetry`
+        // ends the task; `shutdown` ends it too.
+        let Some(i) = inner.upgrade() else { return };
+        if i.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        i.flush().await;
+    }
+}
+
+/// Reads the fleet view: every instance's flushed data, merged.
+#[derive(Clone)]
+pub struct FleetReader {
+    inner: Option<Arc<Inner>>,
+}
+
+impl std::fmt::Debug for FleetReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetReader").finish_non_exhaustive()
+    }
+}
+
+impl FleetReader {
+    /// The fleet view over `[from_unix_s, to_unix_s]`: 10 s buckets for
+    /// ranges within the last hour, 1 min buckets otherwise. An empty view
+    /// (all zeros) for a metrics-only pipeline.
+    pub async fn query(
+        &self,
+        from_unix_s: u64,
+        to_unix_s: u64,
+    ) -> Result<FleetStats, TelemetryError> {
+        if from_unix_s > to_unix_s {
+            return Err(TelemetryError::InvalidRange {
+                from: from_unix_s,
+                to: to_unix_s,
+            });
+        }
+        let now = unix_now();
+        let res = Resolution::for_range(from_unix_s, to_unix_s, now);
+        let starts = res.starts(from_unix_s, to_unix_s, now);
+        let Some(inner) = &self.inner else {
+            return Ok(fleet::merge(from_unix_s, to_unix_s, res, starts, &[], 0));
+        };
+        let buckets = match &inner.sink {
+            Sink::Memory(view) => {
+                // One instance is the fleet: show what is not flushed yet.
+                inner.flush().await;
+                view.read(res, &starts)
+            }
+            #[cfg(feature = "redis-store")]
+            Sink::Redis(sink) => sink.read(res, &starts).await?,
+        };
+        Ok(fleet::merge(
+            from_unix_s,
+            to_unix_s,
+            res,
+            starts,
+            &buckets,
+            inner.settings.top_keys,
+        ))
+    }
 }

@@ -1,0 +1,264 @@
+//! Prometheus metrics: every metric and label name, their descriptions, the
+//! global recorder and the functions other parts of ratewatch call.
+//!
+//! Labels are bounded: tier and limit names come from the policy, routes
+//! are rule patterns, shards are `memory` or a Redis `host:port`. No metric
+//! is ever labelled by identity.
+//!
+//! ```
+//! let handle = ratewatch::telemetry::metrics::install_prometheus().unwrap();
+//! ratewatch::telemetry::metrics::record_breaker_state("127.0.0.1:6379", 2);
+//! let text = ratewatch::telemetry::metrics::render(&handle);
+//! assert!(text.contains("ratewatch_breaker_state{shard=\"127.0.0.1:6379\"} 2"));
+//! ```
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+
+use super::Event;
+
+/// Decisions made: counter {tier, route, shard, outcome}.
+pub const DECISIONS_TOTAL: &str = "ratewatch_decisions_total";
+/// Blocks per limit (enforced or shadow): counter {tier, limit}.
+pub const LIMIT_EXCEEDED_TOTAL: &str = "ratewatch_limit_exceeded_total";
+/// Decisions answered by the failure policy: counter {shard, reason, policy}.
+pub const FALLBACKS_TOTAL: &str = "ratewatch_fallbacks_total";
+/// Redis round trips: histogram {shard, op}, in seconds.
+pub const REDIS_RTT_SECONDS: &str = "ratewatch_redis_rtt_seconds";
+/// Circuit breaker state per shard: gauge, 0 closed, 1 half-open, 2 open.
+pub const BREAKER_STATE: &str = "ratewatch_breaker_state";
+/// Times a shard's breaker opened: counter {shard}.
+pub const BREAKER_TRIPS_TOTAL: &str = "ratewatch_breaker_trips_total";
+/// Lua scripts reloaded after `NOSCRIPT`: counter {shard}.
+pub const SCRIPT_RELOADS_TOTAL: &str = "ratewatch_script_reloads_total";
+/// Decision events the fleet view lost: counter {reason}.
+pub const TELEMETRY_DROPPED_TOTAL: &str = "ratewatch_telemetry_dropped_total";
+/// Always 1, labelled with the crate version: gauge {version}.
+pub const BUILD_INFO: &str = "ratewatch_build_info";
+
+/// Label: the tier name.
+pub const LABEL_TIER: &str = "tier";
+/// Label: the matched route rule's pattern, or `*`.
+pub const LABEL_ROUTE: &str = "route";
+/// Label: `memory` or the Redis node (`host:port`).
+pub const LABEL_SHARD: &str = "shard";
+/// Label: the decision's [`Outcome`](super::Outcome) (`allowed`, `blocked` ...).
+pub const LABEL_OUTCOME: &str = "outcome";
+/// Label: the limit's name.
+pub const LABEL_LIMIT: &str = "limit";
+/// Label: why a fallback or a drop happened.
+pub const LABEL_REASON: &str = "reason";
+/// Label: the failure policy that answered (`open`, `closed`, `local`).
+pub const LABEL_POLICY: &str = "policy";
+/// Label: the Redis operation timed (`decide` or `telemetry`).
+pub const LABEL_OP: &str = "op";
+/// Label: the crate version.
+pub const LABEL_VERSION: &str = "version";
+
+/// Upper bounds, in seconds, of the `ratewatch_redis_rtt_seconds` buckets.
+/// The fleet view counts round trips into the same buckets.
+pub const RTT_BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0,
+];
+
+/// How often the global recorder's upkeep runs.
+pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The Redis operation a round trip belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RttOp {
+    /// A rate-limit decision.
+    Decide,
+    /// A telemetry flush.
+    Telemetry,
+}
+
+impl RttOp {
+    /// The `op` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RttOp::Decide => "decide",
+            RttOp::Telemetry => "telemetry",
+        }
+    }
+}
+
+/// Why the fleet view lost events (the `reason` of
+/// `ratewatch_telemetry_dropped_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// Redis did not answer a flush in time.
+    Timeout,
+    /// Redis could not be reached or answered an error.
+    Error,
+    /// More distinct label combinations in one interval than the cap.
+    Overflow,
+}
+
+impl DropReason {
+    /// The `reason` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::Timeout => "timeout",
+            DropReason::Error => "error",
+            DropReason::Overflow => "overflow",
+        }
+    }
+}
+
+/// Describes every metric to the current recorder (help text and unit).
+pub fn describe() {
+    describe_counter!(
+        DECISIONS_TOTAL,
+        "Rate-limit decisions, by tier, route, shard and outcome."
+    );
+    describe_counter!(
+        LIMIT_EXCEEDED_TOTAL,
+        "Requests a limit blocked (enforced or shadow), by tier and limit."
+    );
+    describe_counter!(
+        FALLBACKS_TOTAL,
+        "Decisions answered by the failure policy, by shard, reason and policy."
+    );
+    describe_histogram!(
+        REDIS_RTT_SECONDS,
+        Unit::Seconds,
+        "Redis round-trip time, by shard and operation (decide, telemetry)."
+    );
+    describe_gauge!(
+        BREAKER_STATE,
+        "Circuit breaker state per shard: 0 closed, 1 half-open, 2 open."
+    );
+    describe_counter!(
+        BREAKER_TRIPS_TOTAL,
+        "Times a shard's circuit breaker opened."
+    );
+    describe_counter!(
+        SCRIPT_RELOADS_TOTAL,
+        "Lua scripts reloaded after NOSCRIPT, by shard."
+    );
+    describe_counter!(
+        TELEMETRY_DROPPED_TOTAL,
+        "Decision events the fleet view lost, by reason."
+    );
+    describe_gauge!(
+        BUILD_INFO,
+        "Always 1; the version label names the ratewatch build."
+    );
+}
+
+/// A builder with ratewatch's histogram buckets, for a global or a local
+/// recorder (`prometheus_builder()?.build_recorder()` in tests).
+pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(REDIS_RTT_SECONDS.into()), &RTT_BUCKETS)
+}
+
+/// Installs the Prometheus recorder globally, describes every metric and
+/// sets `ratewatch_build_info`. Idempotent: later calls return the same
+/// handle. Upkeep runs every [`UPKEEP_INTERVAL`] on the current tokio
+/// runtime if there is one (otherwise call `handle.run_upkeep()` yourself).
+///
+/// Fails if another recorder was installed globally first.
+pub fn install_prometheus() -> Result<PrometheusHandle, BuildError> {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    if let Some(h) = HANDLE.get() {
+        return Ok(h.clone());
+    }
+    let _guard = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(h) = HANDLE.get() {
+        return Ok(h.clone());
+    }
+    let handle = prometheus_builder()?.install_recorder()?;
+    describe();
+    record_build_info();
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        let upkeep = handle.clone();
+        rt.spawn(async move {
+            let mut tick = tokio::time::interval(UPKEEP_INTERVAL);
+            loop {
+                tick.tick().await;
+                upkeep.run_upkeep();
+            }
+        });
+    }
+    Ok(HANDLE.get_or_init(|| handle).clone())
+}
+
+/// Sets `ratewatch_build_info{version}` to 1 on the current recorder.
+pub fn record_build_info() {
+    gauge!(BUILD_INFO, LABEL_VERSION => env!("CARGO_PKG_VERSION")).set(1.0);
+}
+
+/// The Prometheus text exposition, for `/metrics`.
+pub fn render(handle: &PrometheusHandle) -> String {
+    handle.render()
+}
+
+/// Sets a shard's breaker state: 0 closed, 1 half-open, 2 open.
+pub fn record_breaker_state(shard: &str, state: u8) {
+    gauge!(BREAKER_STATE, LABEL_SHARD => shard.to_owned()).set(f64::from(state));
+}
+
+/// Counts a breaker trip, in Prometheus and in the fleet view (the next
+/// flush of the fleet view in this process carries it).
+pub fn record_breaker_trip(shard: &str) {
+    counter!(BREAKER_TRIPS_TOTAL, LABEL_SHARD => shard.to_owned()).increment(1);
+    super::aggregate::pending_trip(shard);
+}
+
+/// Counts a Lua script reload after `NOSCRIPT`.
+pub fn record_script_reload(shard: &str) {
+    counter!(SCRIPT_RELOADS_TOTAL, LABEL_SHARD => shard.to_owned()).increment(1);
+}
+
+/// Records one Redis round trip.
+pub fn record_redis_rtt(shard: &str, op: RttOp, rtt: Duration) {
+    metrics::histogram!(REDIS_RTT_SECONDS, LABEL_SHARD => shard.to_owned(), LABEL_OP => op.as_str())
+        .record(rtt.as_secs_f64());
+}
+
+/// Counts `events` decision events the fleet view lost.
+pub fn record_dropped(reason: DropReason, events: u64) {
+    if events > 0 {
+        counter!(TELEMETRY_DROPPED_TOTAL, LABEL_REASON => reason.as_str()).increment(events);
+    }
+}
+
+/// The Prometheus side of one decision: decisions, exceeded limits,
+/// fallbacks and the decision's Redis round trip.
+pub fn record_event(event: &Event) {
+    counter!(
+        DECISIONS_TOTAL,
+        LABEL_TIER => event.tier.clone(),
+        LABEL_ROUTE => event.route.clone(),
+        LABEL_SHARD => event.shard.clone(),
+        LABEL_OUTCOME => event.outcome.as_str()
+    )
+    .increment(1);
+    for limit in &event.exceeded {
+        counter!(LIMIT_EXCEEDED_TOTAL, LABEL_TIER => event.tier.clone(), LABEL_LIMIT => limit.clone())
+            .increment(1);
+    }
+    if let Some((reason, policy)) = event.fallback {
+        counter!(
+            FALLBACKS_TOTAL,
+            LABEL_SHARD => event.shard.clone(),
+            LABEL_REASON => reason.as_str(),
+            LABEL_POLICY => policy.as_str()
+        )
+        .increment(1);
+    }
+    if let Some(rtt) = event.redis_rtt {
+        metrics::histogram!(
+            REDIS_RTT_SECONDS,
+            LABEL_SHARD => event.shard.clone(),
+            LABEL_OP => RttOp::Decide.as_str()
+        )
+        .record(rtt.as_secs_f64());
+    }
+}

@@ -1,0 +1,293 @@
+//! The fleet view in Redis: every instance HINCRBYs its flushed batch into
+//! shared bucket keys, and any instance (or the dashboard) reads them back.
+//!
+//! Keys, with the bucket as hash tag so one bucket's pipeline is
+//! single-slot on a cluster:
+//!
+//! ```text
+//! {prefix}:tm:{10s:<start>}:c      hash  tier|outcome|shard|route -> decisions
+//! {prefix}:tm:{10s:<start>}:top    zset  identity (display form) -> blocked
+//! {prefix}:tm:{10s:<start>}:rtt    hash  shard|le -> round trips
+//! {prefix}:tm:{10s:<start>}:trips  hash  shard -> breaker trips
+//! ```
+//! and the same under `{1m:<start>}`. 10 s buckets expire after an hour,
+//! 1 min buckets after two days; every write re-arms the expiry.
+//!
+//! The connection is made lazily and never blocks a decision: while Redis
+//! is away a flush fails fast (or times out) and its batch is dropped and
+//! counted.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
+use tokio::sync::OnceCell;
+
+use super::TelemetryError;
+use super::aggregate::Flat;
+use super::fleet::{RESOLUTIONS, Resolution};
+use super::metrics::{DropReason, RttOp, record_dropped, record_redis_rtt};
+
+/// Where the fleet view lives in Redis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedisTarget {
+    /// One node or a cluster.
+    pub endpoints: Endpoints,
+    /// Prefix of every key (`store.key_prefix`).
+    pub key_prefix: String,
+    /// Budget of one flush (and of one read); past it the flush is dropped.
+    pub timeout: Duration,
+}
+
+/// One Redis node or a cluster's seed nodes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Endpoints {
+    /// A single node: `redis://host:port`.
+    Node(String),
+    /// Cluster seed nodes: `redis://host:port` each.
+    Cluster(Vec<String>),
+}
+
+impl RedisTarget {
+    /// A single node, with a 1 s flush budget.
+    pub fn node(url: impl Into<String>, key_prefix: impl Into<String>) -> Self {
+        Self {
+            endpoints: Endpoints::Node(url.into()),
+            key_prefix: key_prefix.into(),
+            timeout: Duration::from_secs(1),
+        }
+    }
+
+    /// A cluster from its seed nodes, with a 1 s flush budget.
+    pub fn cluster(nodes: Vec<String>, key_prefix: impl Into<String>) -> Self {
+        Self {
+            endpoints: Endpoints::Cluster(nodes),
+            key_prefix: key_prefix.into(),
+            timeout: Duration::from_secs(1),
+        }
+    }
+
+    /// Sets the budget of one flush or read.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The key of one part (`c`, `top`, `rtt`, `trips`) of a bucket.
+    pub fn key(&self, res: Resolution, start: u64, part: &str) -> String {
+        format!("{}:tm:{{{}}}:{part}", self.key_prefix, res.tag(start))
+    }
+
+    /// The `shard` label of telemetry round trips: the node's `host:port`,
+    /// or `cluster`.
+    fn shard_label(&self) -> String {
+        match &self.endpoints {
+            Endpoints::Node(url) => host_port(url),
+            Endpoints::Cluster(_) => "cluster".into(),
+        }
+    }
+}
+
+fn host_port(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    rest.split('/').next().unwrap_or(rest).to_owned()
+}
+
+#[derive(Clone)]
+enum Conn {
+    Node(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    async fn query<T: redis::FromRedisValue>(
+        &mut self,
+        p: &redis::Pipeline,
+    ) -> redis::RedisResult<T> {
+        match self {
+            Conn::Node(c) => p.query_async(c).await,
+            Conn::Cluster(c) => p.query_async(c).await,
+        }
+    }
+}
+
+/// Writes flushed batches into, and reads buckets from, Redis.
+pub(crate) struct RedisSink {
+    target: RedisTarget,
+    shard: String,
+    conn: OnceCell<Conn>,
+    /// Identities kept per bucket zset.
+    keep_top: usize,
+}
+
+impl std::fmt::Debug for RedisSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSink")
+            .field("target", &self.target)
+            .field("connected", &self.conn.initialized())
+            .finish()
+    }
+}
+
+impl RedisSink {
+    pub fn new(target: RedisTarget, top_keys: usize) -> Self {
+        Self {
+            shard: target.shard_label(),
+            target,
+            conn: OnceCell::new(),
+            keep_top: top_keys.max(1) * 4,
+        }
+    }
+
+    async fn conn(&self) -> Result<Conn, TelemetryError> {
+        let t = self.target.timeout;
+        let c = self
+            .conn
+            .get_or_try_init(|| async {
+                match &self.target.endpoints {
+                    Endpoints::Node(url) => {
+                        let client = redis::Client::open(url.as_str())?;
+                        let config = redis::aio::ConnectionManagerConfig::new()
+                            .set_connection_timeout(Some(t))
+                            .set_response_timeout(Some(t))
+                            .set_number_of_retries(2)
+                            .set_min_delay(Duration::from_millis(100))
+                            .set_max_delay(Duration::from_secs(2));
+                        // Lazy: connects on first use, reconnects by itself.
+                        Ok::<_, TelemetryError>(Conn::Node(
+                            ConnectionManager::new_lazy_with_config(client, config)?,
+                        ))
+                    }
+                    Endpoints::Cluster(nodes) => {
+                        let client = redis::cluster::ClusterClient::builder(nodes.clone())
+                            .connection_timeout(t)
+                            .response_timeout(t)
+                            .overall_response_timeout(Some(t))
+                            .retries(1)
+                            .min_retry_wait(10)
+                            .max_retry_wait(100)
+                            .build()?;
+                        let conn = tokio::time::timeout(t, client.get_async_connection())
+                            .await
+                            .map_err(|_| TelemetryError::Timeout)??;
+                        Ok(Conn::Cluster(conn))
+                    }
+                }
+            })
+            .await?;
+        Ok(c.clone())
+    }
+
+    /// The pipeline writing `flat` into the bucket of `res` holding `now`.
+    fn pipeline(&self, res: Resolution, now: u64, flat: &Flat) -> redis::Pipeline {
+        let start = res.bucket_of(now);
+        // Keep a bucket until its whole span is older than the retention.
+        let ttl = (res.keep + res.secs) as i64;
+        let mut p = redis::pipe();
+        let parts: [(&str, &[(String, u64)]); 3] = [
+            ("c", &flat.counters),
+            ("rtt", &flat.rtt),
+            ("trips", &flat.trips),
+        ];
+        for (part, fields) in parts {
+            if fields.is_empty() {
+                continue;
+            }
+            let key = self.target.key(res, start, part);
+            for (f, n) in fields {
+                p.hincr(&key, f, *n).ignore();
+            }
+            p.expire(&key, ttl).ignore();
+        }
+        if !flat.top.is_empty() {
+            let key = self.target.key(res, start, "top");
+            for (id, n) in &flat.top {
+                p.zincr(&key, id, *n).ignore();
+            }
+            // Lowest ranks go first; keep the `keep_top` highest.
+            p.zremrangebyrank(&key, 0, -(self.keep_top as isize) - 1)
+                .ignore();
+            p.expire(&key, ttl).ignore();
+        }
+        p
+    }
+
+    /// Writes one batch: one pipeline per resolution, all within the
+    /// target's timeout. On failure the batch is dropped and counted.
+    pub async fn write(&self, now: u64, flat: &Flat) {
+        let started = Instant::now();
+        let work = async {
+            let mut conn = self.conn().await?;
+            for res in RESOLUTIONS {
+                let p = self.pipeline(res, now, flat);
+                conn.query::<()>(&p).await?;
+            }
+            Ok::<_, TelemetryError>(())
+        };
+        match tokio::time::timeout(self.target.timeout, work).await {
+            Ok(Ok(())) => record_redis_rtt(&self.shard, RttOp::Telemetry, started.elapsed()),
+            Ok(Err(e)) => {
+                let reason = if e.is_timeout() {
+                    DropReason::Timeout
+                } else {
+                    DropReason::Error
+                };
+                tracing::debug!(error = %e, events = flat.events, "fleet view flush dropped");
+                record_dropped(reason, flat.events);
+            }
+            Err(_) => {
+                tracing::debug!(events = flat.events, "fleet view flush timed out");
+                record_dropped(DropReason::Timeout, flat.events);
+            }
+        }
+    }
+
+    /// Reads the buckets of `starts` at resolution `res`.
+    pub async fn read(
+        &self,
+        res: Resolution,
+        starts: &[u64],
+    ) -> Result<Vec<(u64, Flat)>, TelemetryError> {
+        let conn = self.conn().await?;
+        let work = futures_util::stream::iter(starts.iter().copied())
+            .map(|start| {
+                let mut conn = conn.clone();
+                async move {
+                    let mut p = redis::pipe();
+                    p.hgetall(self.target.key(res, start, "c"))
+                        .zrevrange_withscores(self.target.key(res, start, "top"), 0, -1)
+                        .hgetall(self.target.key(res, start, "rtt"))
+                        .hgetall(self.target.key(res, start, "trips"));
+                    type Row = (
+                        HashMap<String, u64>,
+                        Vec<(String, f64)>,
+                        HashMap<String, u64>,
+                        HashMap<String, u64>,
+                    );
+                    let (c, top, rtt, trips): Row = conn.query(&p).await?;
+                    Ok::<_, TelemetryError>((
+                        start,
+                        Flat {
+                            counters: c.into_iter().collect(),
+                            top: top
+                                .into_iter()
+                                .map(|(k, s)| (k, s.max(0.0) as u64))
+                                .collect(),
+                            rtt: rtt.into_iter().collect(),
+                            trips: trips.into_iter().collect(),
+                            events: 0,
+                        },
+                    ))
+                }
+            })
+            .buffer_unordered(16)
+            .collect::<Vec<_>>();
+        let rows = tokio::time::timeout(self.target.timeout * 4, work)
+            .await
+            .map_err(|_| TelemetryError::Timeout)?;
+        rows.into_iter().collect()
+    }
+}
