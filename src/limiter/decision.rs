@@ -72,6 +72,8 @@ pub struct Decision {
     pub source: Source,
     /// The outcome recorded for telemetry.
     pub outcome: Outcome,
+    /// Round trip of the store call, when Redis was asked.
+    pub store_rtt: Option<Duration>,
 }
 
 impl Decision {

@@ -33,8 +33,9 @@ use crate::algorithm::Verdict;
 use crate::clock::{Clock, SystemClock};
 use crate::identity::{HeaderExtractor, Identity, KeyExtractor, PrefixResolver, TierResolver};
 use crate::policy::{FailurePolicy, Policy, StoreKind};
+use crate::resilience::{Change, ShardBreakers};
 use crate::store::{Batch, MemoryStore, Store, StoreDecision};
-use crate::telemetry::{Event, FallbackReason, Outcome, Telemetry};
+use crate::telemetry::{Event, FallbackReason, Outcome, Telemetry, metrics};
 
 /// A rate limiter: a policy, a store and the telemetry around them.
 /// Cheap to clone; clones share everything.
@@ -53,6 +54,8 @@ struct Inner {
     extractor: Arc<dyn KeyExtractor>,
     telemetry: Telemetry,
     clock: Arc<dyn Clock>,
+    /// One breaker per shard; none for the memory store, which cannot fail.
+    breakers: Option<ShardBreakers>,
 }
 
 impl std::fmt::Debug for Limiter {
@@ -115,7 +118,14 @@ impl LimiterBuilder {
             Some(s) => s,
             None => open_store(&policy, self.clock.clone()).await?,
         };
-        let telemetry = self.telemetry.unwrap_or_default();
+        let telemetry = self
+            .telemetry
+            .unwrap_or_else(|| Telemetry::for_store(&policy.telemetry, &policy.store));
+        if let Err(e) = metrics::install_prometheus() {
+            tracing::warn!(error = %e, "another metrics recorder is installed; /metrics will be empty");
+        }
+        let breakers =
+            (store.kind() != "memory").then(|| ShardBreakers::new(policy.resilience.breaker));
         let prefix_resolver = PrefixResolver::new(policy.clone());
         Ok(Limiter {
             inner: Arc::new(Inner {
@@ -131,6 +141,7 @@ impl LimiterBuilder {
                 store,
                 telemetry,
                 clock: self.clock,
+                breakers,
                 policy,
             }),
         })
@@ -278,6 +289,7 @@ impl Limiter {
                     shard: "memory".into(),
                 },
                 outcome: Outcome::Allowed,
+                store_rtt: None,
             };
         };
         let route_idx = route.map(|r| r.index);
@@ -293,16 +305,26 @@ impl Limiter {
             .map_or_else(|| "memory".into(), |i| inner.store.shard_for(&i.key));
         let failure = route_idx.map_or(c.default_failure, |i| c.routes[i].failure);
 
-        let decision = match self.ask_store(&batch).await {
+        let decision = match self.ask_store(&shard, &batch).await {
             Ok(d) => {
                 let source = Source::Store {
                     shard: d.shard.clone(),
                 };
                 build(tier.name.clone(), &limits, d, source, None)
             }
-            Err(reason) => self.fallback(
-                tier, route_idx, identity, &batch, shard, reason, failure, &limits,
-            ),
+            Err((reason, breaker_wait)) => {
+                let mut d = self.fallback(
+                    tier, route_idx, identity, &batch, shard, reason, failure, &limits,
+                );
+                // Failing closed behind an open breaker: retry once it lets a
+                // probe through.
+                if let (Some(wait), Some(retry), FailurePolicy::Closed) =
+                    (breaker_wait, d.retry_after.as_mut(), failure)
+                {
+                    *retry = wait.max(Duration::from_secs(1));
+                }
+                d
+            }
         };
         if !peek {
             self.record(&decision, route_idx, identity, cost);
@@ -310,13 +332,30 @@ impl Limiter {
         decision
     }
 
-    async fn ask_store(&self, batch: &Batch<'_>) -> Result<StoreDecision, FallbackReason> {
-        let store = &self.inner.store;
-        let budget = self.inner.policy.store.timeout;
-        match tokio::time::timeout(budget, store.decide(batch)).await {
+    /// One store call within the decision budget, through the shard's
+    /// breaker. A timed-out call is never retried. On failure, the reason
+    /// and, when the breaker is open, how long until it lets a probe go.
+    async fn ask_store(
+        &self,
+        shard: &Arc<str>,
+        batch: &Batch<'_>,
+    ) -> Result<StoreDecision, (FallbackReason, Option<Duration>)> {
+        let inner = &*self.inner;
+        let permit = match &inner.breakers {
+            Some(b) => match b.acquire(shard, inner.clock.now_us()) {
+                Ok(p) => Some(p),
+                Err(refused) => {
+                    let wait = Duration::from_micros(refused.retry_after_us);
+                    return Err((FallbackReason::BreakerOpen, Some(wait)));
+                }
+            },
+            None => None,
+        };
+        let budget = inner.policy.store.timeout;
+        let result = match tokio::time::timeout(budget, inner.store.decide(batch)).await {
             Ok(Ok(d)) => Ok(d),
             Ok(Err(e)) => {
-                tracing::debug!(error = %e, "store could not decide");
+                tracing::debug!(error = %e, %shard, "store could not decide");
                 Err(if e.is_timeout() {
                     FallbackReason::Timeout
                 } else {
@@ -324,7 +363,31 @@ impl Limiter {
                 })
             }
             Err(_) => Err(FallbackReason::Timeout),
+        };
+        if let (Some(b), Some(permit)) = (&inner.breakers, permit) {
+            match b.report(shard, permit, result.is_ok(), inner.clock.now_us()) {
+                Change::Tripped(trip) => {
+                    inner.telemetry.record_breaker_trip(shard);
+                    tracing::warn!(%shard, reason = ?trip.reason, "circuit breaker opened");
+                }
+                Change::Closed => {
+                    // Back to the store: the local fallback's counts are
+                    // dropped, not merged.
+                    inner.local.clear();
+                    tracing::info!(%shard, "circuit breaker closed");
+                }
+                Change::None => {}
+            }
         }
+        result.map_err(|reason| (reason, None))
+    }
+
+    /// Every shard's breaker state (empty for the memory store).
+    pub fn breaker_states(&self) -> Vec<(Arc<str>, crate::resilience::BreakerState)> {
+        self.inner
+            .breakers
+            .as_ref()
+            .map_or_else(Vec::new, ShardBreakers::states)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -367,6 +430,7 @@ impl Limiter {
                     } else {
                         Outcome::FallbackBlocked
                     },
+                    store_rtt: None,
                 }
             }
             FailurePolicy::Local => {
@@ -408,7 +472,7 @@ impl Limiter {
             shard: d.source.shard().clone(),
             identity: identity.display(self.inner.policy.telemetry.key_display),
             cost,
-            redis_rtt: None,
+            redis_rtt: d.store_rtt,
             fallback,
         };
         self.inner.telemetry.record(&event);
@@ -468,6 +532,7 @@ fn build(
         delay: if d.allowed { delay } else { Duration::ZERO },
         source,
         outcome,
+        store_rtt: d.rtt,
     }
 }
 
@@ -489,5 +554,29 @@ impl Limiter {
     /// Flushes telemetry and stops background work; call before exit.
     pub async fn shutdown(&self) {
         self.inner.telemetry.shutdown().await;
+    }
+}
+
+impl Limiter {
+    /// An axum handler serving the Prometheus exposition of every ratewatch
+    /// metric (mount it at `/metrics`).
+    pub fn metrics_handler(
+        &self,
+    ) -> impl Fn() -> std::future::Ready<([(http::HeaderName, &'static str); 1], String)>
+    + Clone
+    + Send
+    + Sync
+    + 'static {
+        let handle = metrics::install_prometheus().ok();
+        move || {
+            let body = handle
+                .as_ref()
+                .map(crate::telemetry::render)
+                .unwrap_or_default();
+            std::future::ready((
+                [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                body,
+            ))
+        }
     }
 }

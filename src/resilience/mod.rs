@@ -29,5 +29,7 @@
 //! ```
 
 mod breaker;
+mod shards;
 
 pub use breaker::{Breaker, BreakerState, Permit, Refused, Transition, Trip, TripReason};
+pub use shards::{Change, ShardBreakers};

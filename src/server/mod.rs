@@ -29,6 +29,7 @@ pub fn app(limiter: Limiter) -> Router {
         .merge(api)
         .route("/api/ratelimit/status", get(status::status))
         .route("/health", get(|| async { "ok" }))
+        .route("/metrics", get(limiter.metrics_handler()))
         .with_state(limiter)
 }
 

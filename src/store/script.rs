@@ -280,6 +280,7 @@ where
         Err(e) if is_noscript(&e) => {
             script.load_async(conn).await?;
             reloads.bump(shard);
+            crate::telemetry::metrics::record_script_reload(shard);
             cmd.query_async(conn).await
         }
         other => other,
