@@ -23,6 +23,8 @@
 
 pub mod algorithm;
 pub mod clock;
+#[cfg(feature = "dashboard")]
+pub mod dashboard;
 mod error;
 pub mod identity;
 pub mod layer;

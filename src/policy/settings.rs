@@ -205,6 +205,10 @@ pub struct DashboardSettings {
     pub enabled: bool,
     /// If set, the dashboard requires `Authorization: Bearer <token>`.
     pub token: Option<String>,
+    /// Answer dashboard requests from non-loopback peers. Off by default:
+    /// only loopback clients see the dashboard, whatever address the server
+    /// listens on (a token, if set, is required as well).
+    pub allow_remote: bool,
 }
 
 impl Default for DashboardSettings {
@@ -212,6 +216,7 @@ impl Default for DashboardSettings {
         Self {
             enabled: true,
             token: None,
+            allow_remote: false,
         }
     }
 }

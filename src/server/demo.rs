@@ -25,18 +25,22 @@ pub(super) async fn export() -> Json<Value> {
 /// free key, and anonymous callers, so the dashboard and metrics fill.
 pub fn spawn_demo_traffic(app: axum::Router) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        // (key, requests per second): well-behaved callers stay under their
+        // tier's refill, the abuser does not, and a pro key bursts above 10/s.
         let callers: Vec<(Option<String>, u32)> = vec![
             (Some("free_demo_alice_0001".into()), 1),
             (Some("free_demo_bob_00002".into()), 1),
-            (Some("free_demo_abuser_666".into()), 8),
-            (Some("pro_demo_carol_00003".into()), 4),
-            (Some("ent_demo_dave_000004".into()), 6),
+            (Some("free_demo_abuser_666".into()), 20),
+            (Some("pro_demo_carol_00003".into()), 12),
+            (Some("ent_demo_dave_000004".into()), 40),
             (None, 2),
         ];
         let mut tick: u64 = 0;
         loop {
-            for (key, per_tick) in &callers {
-                for i in 0..*per_tick {
+            for (key, per_second) in &callers {
+                // Four ticks a second: spread each caller's rate over them.
+                let per_tick = per_second / 4 + u32::from(tick % 4 < u64::from(per_second % 4));
+                for i in 0..per_tick {
                     let (method, path) = match (tick + i as u64) % 7 {
                         0 => ("POST", "/api/export"),
                         1 | 2 => ("POST", "/api/data"),

@@ -25,12 +25,15 @@ pub fn app(limiter: Limiter) -> Router {
         .route("/api/data", post(demo::data))
         .route("/api/export", post(demo::export))
         .layer(limiter.layer());
-    Router::new()
+    let router = Router::new()
         .merge(api)
         .route("/api/ratelimit/status", get(status::status))
         .route("/health", get(|| async { "ok" }))
         .route("/metrics", get(limiter.metrics_handler()))
-        .with_state(limiter)
+        .with_state(limiter.clone());
+    #[cfg(feature = "dashboard")]
+    let router = router.nest("/dashboard", limiter.dashboard());
+    router
 }
 
 /// Serves `app(limiter)` on `listen` until Ctrl-C or SIGTERM, then lets

@@ -174,9 +174,12 @@ pub(super) fn telemetry(t: Option<Table<'_>>) -> Result<TelemetrySettings> {
 pub(super) fn dashboard(t: Option<Table<'_>>) -> Result<DashboardSettings> {
     let mut d = DashboardSettings::default();
     let Some(t) = t else { return Ok(d) };
-    t.only(&["enabled", "token"], "[dashboard]")?;
+    t.only(&["enabled", "token", "allow_remote"], "[dashboard]")?;
     if let Some(enabled) = t.bool("enabled")? {
         d.enabled = enabled;
+    }
+    if let Some(remote) = t.bool("allow_remote")? {
+        d.allow_remote = remote;
     }
     if let Some(token) = t.str("token")? {
         if token.is_empty() {

@@ -1,0 +1,73 @@
+//! Who may see the dashboard: loopback peers unless `allow_remote`, and
+//! only with the bearer token when one is configured.
+
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::{StatusCode, header};
+
+use crate::Limiter;
+
+#[derive(serde::Deserialize)]
+struct TokenQuery {
+    token: Option<String>,
+}
+
+pub(super) async fn guard(State(limiter): State<Limiter>, req: Request, next: Next) -> Response {
+    let settings = &limiter.policy().dashboard;
+    if !settings.enabled {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    if !settings.allow_remote && peer.is_some_and(|ip| !ip.is_loopback()) {
+        return (
+            StatusCode::FORBIDDEN,
+            "the dashboard answers loopback clients only; set [dashboard] allow_remote = true",
+        )
+            .into_response();
+    }
+    if let Some(token) = &settings.token {
+        let bearer = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let query = axum::extract::Query::<TokenQuery>::try_from_uri(req.uri())
+            .ok()
+            .and_then(|q| q.0.token);
+        let given = bearer.map(str::to_owned).or(query).unwrap_or_default();
+        if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "the dashboard requires Authorization: Bearer <token>",
+            )
+                .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// Compares without an early exit, so response time does not reveal how
+/// much of a guessed token was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tokens_compare_equal_only_when_identical() {
+        assert!(super::constant_time_eq(b"abc", b"abc"));
+        assert!(!super::constant_time_eq(b"abc", b"abd"));
+        assert!(!super::constant_time_eq(b"abc", b"abcd"));
+    }
+}

@@ -1,0 +1,134 @@
+//! The built-in dashboard: askama pages with a JSON API beside each view.
+//!
+//! `GET /` (the page), `GET /api/stats?range=15m` (the fleet view, the
+//! same [`FleetStats`](crate::telemetry::FleetStats) the page draws),
+//! `GET /api/policy` (tiers and limits), `GET /api/breakers` (this
+//! instance's breaker per shard). Mount it with
+//! `Router::nest("/dashboard", limiter.dashboard())`.
+//!
+//! It answers loopback peers only unless `allow_remote = true`, requires
+//! `Authorization: Bearer <token>` (or `?token=` for a browser) when a
+//! token is configured, and escapes everything it prints.
+
+mod auth;
+mod view;
+
+use askama::Template;
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, middleware};
+use http::StatusCode;
+use serde::Deserialize;
+
+use crate::Limiter;
+use crate::telemetry::unix_now;
+
+pub use view::{DashboardPage, PolicyView};
+
+/// The time ranges the dashboard offers.
+pub const RANGES: [(&str, u64); 6] = [
+    ("5m", 300),
+    ("15m", 900),
+    ("1h", 3_600),
+    ("6h", 21_600),
+    ("24h", 86_400),
+    ("2d", 172_800),
+];
+
+#[derive(Debug, Deserialize)]
+struct RangeQuery {
+    range: Option<String>,
+    token: Option<String>,
+}
+
+impl RangeQuery {
+    fn range(&self) -> (&'static str, u64) {
+        let asked = self.range.as_deref().unwrap_or("15m");
+        RANGES
+            .iter()
+            .copied()
+            .find(|(name, _)| *name == asked)
+            .unwrap_or(RANGES[1])
+    }
+}
+
+impl Limiter {
+    /// The dashboard's router, to nest under a path of your choice.
+    pub fn dashboard(&self) -> Router {
+        router(self.clone())
+    }
+}
+
+fn router(limiter: Limiter) -> Router {
+    Router::new()
+        .route("/", get(page))
+        .route("/api/stats", get(stats))
+        .route("/api/policy", get(policy))
+        .route("/api/breakers", get(breakers))
+        .layer(middleware::from_fn_with_state(limiter.clone(), auth::guard))
+        .with_state(limiter)
+}
+
+/// Why a dashboard view could not be shown.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DashboardError {
+    /// The fleet view could not be read.
+    #[error("the fleet view is unavailable: {0}")]
+    Fleet(#[from] crate::telemetry::TelemetryError),
+    /// The page could not be rendered.
+    #[error("the page could not be rendered: {0}")]
+    Render(#[from] askama::Error),
+}
+
+impl IntoResponse for DashboardError {
+    fn into_response(self) -> Response {
+        tracing::warn!(error = %self, "dashboard");
+        (StatusCode::SERVICE_UNAVAILABLE, self.to_string()).into_response()
+    }
+}
+
+async fn page(
+    State(limiter): State<Limiter>,
+    Query(q): Query<RangeQuery>,
+) -> Result<Html<String>, DashboardError> {
+    let (range, secs) = q.range();
+    let now = unix_now();
+    let stats = limiter
+        .telemetry()
+        .fleet()
+        .query(now.saturating_sub(secs), now)
+        .await?;
+    let page = DashboardPage::new(&limiter, stats, range, q.token.as_deref());
+    Ok(Html(page.render()?))
+}
+
+async fn stats(
+    State(limiter): State<Limiter>,
+    Query(q): Query<RangeQuery>,
+) -> Result<Json<crate::telemetry::FleetStats>, DashboardError> {
+    let (_, secs) = q.range();
+    let now = unix_now();
+    Ok(Json(
+        limiter
+            .telemetry()
+            .fleet()
+            .query(now.saturating_sub(secs), now)
+            .await?,
+    ))
+}
+
+async fn policy(State(limiter): State<Limiter>) -> Json<PolicyView> {
+    Json(PolicyView::of(limiter.policy()))
+}
+
+async fn breakers(State(limiter): State<Limiter>) -> Json<serde_json::Value> {
+    let states: serde_json::Map<String, serde_json::Value> = limiter
+        .breaker_states()
+        .into_iter()
+        .map(|(shard, state)| (shard.to_string(), state.as_str().into()))
+        .collect();
+    Json(serde_json::Value::Object(states))
+}

@@ -1,0 +1,253 @@
+//! What the dashboard page shows, computed from the fleet view, the policy
+//! and this instance's breakers. Every string reaches the page through
+//! askama's HTML escaping.
+
+use std::collections::BTreeMap;
+
+use askama::Template;
+use serde::Serialize;
+
+use crate::Limiter;
+use crate::algorithm::Algorithm;
+use crate::policy::Policy;
+use crate::telemetry::{FleetStats, Outcome};
+
+/// The dashboard page.
+#[derive(Template)]
+#[template(path = "dashboard.html")]
+pub struct DashboardPage {
+    stats: FleetStats,
+    range_label: &'static str,
+    ranges: Vec<RangeLink>,
+    outcomes: Vec<&'static str>,
+    tiers: Vec<TierRow>,
+    shards: Vec<ShardRow>,
+    store_kind: &'static str,
+    fail_open_pct: String,
+    generated: String,
+    token_query: String,
+    refresh_ms: u64,
+}
+
+struct RangeLink {
+    name: &'static str,
+    on: bool,
+}
+
+struct TierRow {
+    name: String,
+    prefix: Option<String>,
+    limits: Vec<String>,
+    counts: Vec<u64>,
+}
+
+struct ShardRow {
+    name: String,
+    p50: String,
+    p99: String,
+    count: u64,
+    state: &'static str,
+    state_class: &'static str,
+    trips: u64,
+}
+
+impl DashboardPage {
+    /// The page for `stats` over `range`; `token` is carried into links and
+    /// refreshes so a browser without headers stays signed in.
+    pub fn new(
+        limiter: &Limiter,
+        stats: FleetStats,
+        range: &'static str,
+        token: Option<&str>,
+    ) -> Self {
+        let policy = limiter.policy();
+        let outcomes: Vec<&'static str> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
+        let tiers = policy
+            .tiers
+            .iter()
+            .map(|t| TierRow {
+                name: t.name.clone(),
+                prefix: t.match_prefix.clone(),
+                limits: t.limits.iter().map(describe_limit).collect(),
+                counts: outcomes
+                    .iter()
+                    .map(|o| {
+                        stats
+                            .totals
+                            .get(&t.name)
+                            .and_then(|m| m.get(*o))
+                            .copied()
+                            .unwrap_or(0)
+                    })
+                    .collect(),
+            })
+            .collect();
+        let breakers: BTreeMap<String, crate::resilience::BreakerState> = limiter
+            .breaker_states()
+            .into_iter()
+            .map(|(s, b)| (s.to_string(), b))
+            .collect();
+        let mut names: Vec<String> = stats.rtt.keys().cloned().collect();
+        names.extend(breakers.keys().cloned());
+        names.extend(stats.breaker_trips.keys().cloned());
+        names.sort();
+        names.dedup();
+        let shards = names
+            .into_iter()
+            .map(|name| {
+                let rtt = stats.rtt.get(&name);
+                let state = breakers.get(&name).copied();
+                ShardRow {
+                    p50: rtt.map_or("–".into(), |r| millis(r.p50_s)),
+                    p99: rtt.map_or("–".into(), |r| millis(r.p99_s)),
+                    count: rtt.map_or(0, |r| r.count),
+                    state: state.map_or("–", |s| s.as_str()),
+                    state_class: match state.map(|s| s.as_gauge()) {
+                        Some(0) => "ok",
+                        Some(1) => "warn",
+                        Some(_) => "bad",
+                        None => "muted",
+                    },
+                    trips: stats.breaker_trips.get(&name).copied().unwrap_or(0),
+                    name,
+                }
+            })
+            .collect();
+        let label = range;
+        Self {
+            fail_open_pct: format!("{:.2} %", stats.fail_open_rate * 100.0),
+            stats,
+            range_label: label,
+            ranges: super::RANGES
+                .iter()
+                .map(|(name, _)| RangeLink {
+                    name,
+                    on: *name == range,
+                })
+                .collect(),
+            outcomes,
+            tiers,
+            shards,
+            store_kind: limiter.store().kind(),
+            generated: chrono_like_now(),
+            token_query: token
+                .map(|t| format!("&token={}", url_escape(t)))
+                .unwrap_or_default(),
+            refresh_ms: 5_000,
+        }
+    }
+}
+
+fn millis(seconds: f64) -> String {
+    format!("{:.2} ms", seconds * 1000.0)
+}
+
+/// `HH:MM:SSZ` of now, for the "refreshed" stamp.
+fn chrono_like_now() -> String {
+    let s = crate::telemetry::unix_now() % 86_400;
+    format!("{:02}:{:02}:{:02}Z", s / 3600, s / 60 % 60, s % 60)
+}
+
+/// Percent-encodes everything but unreserved characters.
+fn url_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `burst: token_bucket 10, +0.33/s` and the like.
+fn describe_limit(l: &crate::policy::Limit) -> String {
+    let what = match &l.algorithm {
+        Algorithm::TokenBucket {
+            capacity,
+            refill_per_second,
+        } => format!("token bucket {capacity}, +{refill_per_second}/s"),
+        Algorithm::SlidingWindow { limit, .. } => {
+            format!("sliding window {limit} / {}s", l.algorithm.window_secs())
+        }
+        Algorithm::SlidingLog { limit, .. } => {
+            format!("sliding log {limit} / {}s", l.algorithm.window_secs())
+        }
+        Algorithm::FixedWindow { limit, .. } => {
+            format!("fixed window {limit} / {}s", l.algorithm.window_secs())
+        }
+        Algorithm::Gcra {
+            rate_per_second,
+            burst,
+        } => format!("gcra {rate_per_second}/s, burst {burst}"),
+        Algorithm::LeakyBucket {
+            rate_per_second,
+            capacity,
+            max_delay_us,
+        } => format!(
+            "leaky bucket {capacity} at {rate_per_second}/s{}",
+            if *max_delay_us > 0 { ", shaping" } else { "" }
+        ),
+    };
+    let mut s = format!("{}: {what}", l.name);
+    if l.scope != crate::policy::Scope::Identity {
+        s.push_str(&format!(" (per {})", l.scope.as_str()));
+    }
+    if l.shadow {
+        s.push_str(" (shadow)");
+    }
+    s
+}
+
+/// The tiers and limits as the JSON API shows them.
+#[derive(Debug, Serialize)]
+pub struct PolicyView {
+    tiers: Vec<TierView>,
+}
+
+#[derive(Debug, Serialize)]
+struct TierView {
+    name: String,
+    match_prefix: Option<String>,
+    limits: Vec<LimitView>,
+}
+
+#[derive(Debug, Serialize)]
+struct LimitView {
+    name: String,
+    algorithm: &'static str,
+    quota: u64,
+    window_seconds: u64,
+    scope: &'static str,
+    shadow: bool,
+    description: String,
+}
+
+impl PolicyView {
+    /// The view of `policy`.
+    pub fn of(policy: &Policy) -> Self {
+        Self {
+            tiers: policy
+                .tiers
+                .iter()
+                .map(|t| TierView {
+                    name: t.name.clone(),
+                    match_prefix: t.match_prefix.clone(),
+                    limits: t
+                        .limits
+                        .iter()
+                        .map(|l| LimitView {
+                            name: l.name.clone(),
+                            algorithm: l.algorithm.kind(),
+                            quota: l.algorithm.quota(),
+                            window_seconds: l.algorithm.window_secs(),
+                            scope: l.scope.as_str(),
+                            shadow: l.shadow,
+                            description: describe_limit(l),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+}
