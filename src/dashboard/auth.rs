@@ -1,9 +1,7 @@
 //! Who may see the dashboard: loopback peers unless `allow_remote`, and
 //! only with the bearer token when one is configured.
 
-use std::net::SocketAddr;
-
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::{StatusCode, header};
@@ -20,10 +18,7 @@ pub(super) async fn guard(State(limiter): State<Limiter>, req: Request, next: Ne
     if !settings.enabled {
         return StatusCode::NOT_FOUND.into_response();
     }
-    let peer = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip());
+    let peer = crate::identity::peer_ip(req.extensions());
     if !settings.allow_remote && peer.is_some_and(|ip| !ip.is_loopback()) {
         return (
             StatusCode::FORBIDDEN,

@@ -163,16 +163,26 @@ fn bearer_token(v: &[u8]) -> Option<&[u8]> {
     }
 }
 
+/// The peer address axum recorded for a request: `ConnectInfo` from
+/// `into_make_service_with_connect_info`, or `MockConnectInfo` in tests.
+pub fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
+    extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+        .or_else(|| {
+            extensions
+                .get::<axum::extract::connect_info::MockConnectInfo<SocketAddr>>()
+                .map(|m| m.0.ip())
+        })
+}
+
 impl KeyExtractor for HeaderExtractor {
     fn extract(
         &self,
         headers: &HeaderMap,
         extensions: &Extensions,
     ) -> Result<Identity, IdentityError> {
-        let peer = extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0.ip());
-        self.identify(headers, peer)
+        self.identify(headers, peer_ip(extensions))
     }
 }
 

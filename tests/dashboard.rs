@@ -1,0 +1,268 @@
+//! The built-in dashboard as an operator sees it: loaded in headless
+//! Chromium after its scripts ran, and its access rules.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, to_bytes};
+use axum::extract::connect_info::MockConnectInfo;
+use http::Request;
+use ratewatch::policy::{DashboardSettings, Limit, Policy, Tier};
+use ratewatch::{Limiter, server};
+use support::free_port;
+use tower::ServiceExt;
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(config: &std::path::Path) -> Server {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_ratewatch"))
+        .args(["serve", "--config"])
+        .arg(config)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start ratewatch serve");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "ratewatch did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Server { child, port }
+}
+
+/// The DOM of `url` after its scripts ran, from headless Chromium.
+fn dump_dom(url: &str) -> String {
+    let chromium = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| Command::new(b).arg("--version").output().is_ok())
+        .expect("chromium is not installed: `apt-get install chromium` (or run .ci/test.sh)");
+    let profile = tempfile::tempdir().unwrap();
+    let out = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--virtual-time-budget=2000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--dump-dom")
+        .arg(url)
+        .output()
+        .expect("run chromium");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+const HOSTILE_KEY: &str = "free_<script>window.pwned=1</script>";
+
+#[tokio::test]
+async fn the_dashboard_draws_charts_and_tables_and_escapes_what_it_shows() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("dash.toml");
+    std::fs::write(
+        &config,
+        r#"
+[telemetry]
+flush_interval_ms = 100
+key_display = "raw"
+
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 3, refill_per_second = 0.01 }]
+
+[[tiers]]
+name = "anonymous"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 30, refill_per_second = 1 }]
+"#,
+    )
+    .unwrap();
+    let server = serve(&config);
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let client = reqwest::Client::new();
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        let res = client
+            .get(format!("{base}/api/users"))
+            .header("x-api-key", HOSTILE_KEY)
+            .send()
+            .await
+            .expect("server answers");
+        statuses.push(res.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 429, 429, 429, 429, 429]);
+    // Let the in-process fleet view flush.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let dom = dump_dom(&format!("{base}/dashboard?range=5m"));
+    assert!(
+        dom.contains("Decisions over time"),
+        "the page rendered: {dom:.500}"
+    );
+    let bars = dom.matches("class=\"bar ").count();
+    assert!(
+        bars >= 2,
+        "the charts were drawn by the page's script ({bars} bars)"
+    );
+    assert!(dom.contains("class=\"bar allowed\"") && dom.contains("class=\"bar blocked\""));
+    assert!(
+        dom.contains("token bucket 3, +0.01/s"),
+        "the tier's limits are listed"
+    );
+    assert!(dom.contains("0.00 %"), "the fail-open rate is shown");
+    // The hostile key is shown as text, escaped, and nothing it carried ran.
+    assert!(
+        dom.contains("free_&lt;script&gt;window.pwned=1&lt;/script&gt;"),
+        "the top blocked key is listed, escaped"
+    );
+    assert!(
+        !dom.contains("<script>window.pwned"),
+        "no markup from a key reached the page"
+    );
+}
+
+#[tokio::test]
+async fn the_dashboard_refuses_remote_peers_and_requires_its_token() {
+    let policy = |dashboard: DashboardSettings| {
+        Policy::builder()
+            .dashboard(dashboard)
+            .tier(Tier::new("free").limit(Limit::per_second("burst", 5)))
+            .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
+            .build()
+            .unwrap()
+    };
+    let get = |app: axum::Router, peer: &str, auth: Option<&str>, uri: &str| {
+        let peer: SocketAddr = peer.parse().unwrap();
+        let mut req = Request::get(uri.to_owned());
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        let app = app.layer(MockConnectInfo(peer));
+        async move {
+            app.oneshot(req.body(Body::empty()).unwrap())
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+
+    let open = server::app(
+        Limiter::new(policy(DashboardSettings::default()))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        get(open.clone(), "127.0.0.1:5000", None, "/dashboard").await,
+        200
+    );
+    assert_eq!(
+        get(open.clone(), "203.0.113.9:5000", None, "/dashboard").await,
+        403
+    );
+    assert_eq!(
+        get(open, "203.0.113.9:5000", None, "/dashboard/api/stats").await,
+        403
+    );
+
+    let locked = server::app(
+        Limiter::new(policy(DashboardSettings {
+            token: Some("s3cret".into()),
+            allow_remote: true,
+            ..Default::default()
+        }))
+        .await
+        .unwrap(),
+    );
+    assert_eq!(
+        get(locked.clone(), "203.0.113.9:5000", None, "/dashboard").await,
+        401
+    );
+    assert_eq!(
+        get(
+            locked.clone(),
+            "203.0.113.9:5000",
+            Some("Bearer wrong"),
+            "/dashboard"
+        )
+        .await,
+        401
+    );
+    assert_eq!(
+        get(
+            locked.clone(),
+            "203.0.113.9:5000",
+            Some("Bearer s3cret"),
+            "/dashboard"
+        )
+        .await,
+        200
+    );
+    assert_eq!(
+        get(
+            locked,
+            "203.0.113.9:5000",
+            None,
+            "/dashboard/api/policy?token=s3cret"
+        )
+        .await,
+        200
+    );
+}
+
+#[tokio::test]
+async fn the_stats_api_counts_every_decision_on_the_memory_store() {
+    let p = Policy::builder()
+        .tier(
+            Tier::new("free")
+                .match_prefix("free_")
+                .limit(Limit::token_bucket("burst", 4, 0.01)),
+        )
+        .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
+        .build()
+        .unwrap();
+    let app = server::app(Limiter::new(p).await.unwrap()).layer(MockConnectInfo(
+        "127.0.0.1:1".parse::<SocketAddr>().unwrap(),
+    ));
+    for _ in 0..10 {
+        let req = Request::get("/api/users")
+            .header("x-api-key", "free_counted")
+            .body(Body::empty())
+            .unwrap();
+        app.clone().oneshot(req).await.unwrap();
+    }
+    let req = Request::get("/dashboard/api/stats?range=5m")
+        .body(Body::empty())
+        .unwrap();
+    let res = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let body: serde_json::Value =
+        serde_json::from_slice(&to_bytes(res.into_body(), 1 << 20).await.unwrap()).unwrap();
+    assert_eq!(body["totals"]["free"]["allowed"], 4);
+    assert_eq!(body["totals"]["free"]["blocked"], 6);
+    assert_eq!(body["top_blocked"][0]["blocked"], 6);
+    let shown = body["top_blocked"][0]["identity"].as_str().unwrap();
+    assert!(
+        shown.contains('…') && !shown.contains("free_counted"),
+        "masked: {shown}"
+    );
+}
