@@ -4,47 +4,15 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use axum::body::{Body, to_bytes};
 use axum::extract::connect_info::MockConnectInfo;
 use http::Request;
 use ratewatch::policy::{DashboardSettings, Limit, Policy, Tier};
 use ratewatch::{Limiter, server};
-use support::free_port;
 use tower::ServiceExt;
-
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(config: &std::path::Path) -> Server {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_ratewatch"))
-        .args(["serve", "--config"])
-        .arg(config)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start ratewatch serve");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "ratewatch did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Server { child, port }
-}
 
 /// The DOM of `url` after its scripts ran, from headless Chromium.
 fn dump_dom(url: &str) -> String {
@@ -96,7 +64,7 @@ limits = [{ name = "burst", algorithm = "token_bucket", capacity = 30, refill_pe
 "#,
     )
     .unwrap();
-    let server = serve(&config);
+    let server = support::Ratewatch::start("serve", Some(&config), &[]);
     let base = format!("http://127.0.0.1:{}", server.port);
     let client = reqwest::Client::new();
     let mut statuses = Vec::new();

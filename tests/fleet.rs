@@ -3,45 +3,7 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-use support::{RedisServer, free_port};
-
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_server(config: &std::path::Path, redis_url: &str) -> Server {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_ratewatch"))
-        .args(["serve", "--config"])
-        .arg(config)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .env("RATEWATCH_REDIS_URL", redis_url)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start ratewatch serve");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "ratewatch serve did not listen on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Server { child, port }
-}
+use support::{Ratewatch, RedisServer};
 
 const CAPACITY: usize = 25;
 
@@ -79,7 +41,9 @@ async fn three_servers_on_one_redis_admit_exactly_the_bucket_capacity() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
-    let servers: Vec<Server> = (0..3).map(|_| start_server(&cfg, &redis.url())).collect();
+    let servers: Vec<Ratewatch> = (0..3)
+        .map(|_| Ratewatch::start("serve", Some(&cfg), &[("RATEWATCH_REDIS_URL", &redis.url())]))
+        .collect();
     let client = reqwest::Client::new();
 
     let mut tasks = Vec::new();

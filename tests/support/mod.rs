@@ -364,3 +364,63 @@ fn http_status(port: u16, path: &str) -> Option<u16> {
     s.read_exact(&mut head).ok()?;
     std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
 }
+
+// ---------------------------------------------------------------------------
+
+/// A `ratewatch` process (the crate's own binary) on a free loopback port,
+/// killed when dropped.
+pub struct Ratewatch {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    child: Child,
+}
+
+impl Ratewatch {
+    /// Runs `ratewatch <command> --config <config>` with `env` set, and
+    /// waits until it listens.
+    pub fn start(command: &str, config: Option<&Path>, env: &[(&str, &str)]) -> Self {
+        let port = free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratewatch"));
+        cmd.arg(command);
+        if let Some(c) = config {
+            cmd.arg("--config").arg(c);
+        }
+        cmd.args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd.spawn().expect("start ratewatch");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "ratewatch did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { port, child }
+    }
+
+    /// `http://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// `127.0.0.1:port`, as a scrape target.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// SIGTERM, then waits for the graceful shutdown (which flushes telemetry).
+    pub fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Ratewatch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
