@@ -11,7 +11,11 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::{Prometheus, Ratewatch, RedisServer};
 
-const KEYS: [&str; 3] = ["free_scrape_alice_01", "free_scrape_abuser_2", "pro_scrape_carol_003"];
+const KEYS: [&str; 3] = [
+    "free_scrape_alice_01",
+    "free_scrape_abuser_2",
+    "pro_scrape_carol_003",
+];
 
 async fn traffic(server: &Ratewatch) {
     let client = reqwest::Client::new();
@@ -34,7 +38,12 @@ fn promtool_check_metrics(text: &str) -> (bool, String) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("promtool is not installed: `apt-get install prometheus` (or run .ci/test.sh)");
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     let said = format!(
         "{}{}",
@@ -80,7 +89,10 @@ async fn the_servers_metrics_pass_promtool_carry_no_keys_and_answer_fleet_querie
     ] {
         assert!(text.contains(needle), "{needle} missing from:\n{text}");
     }
-    assert!(text.contains(&format!("shard=\"{}\"", redis.addr())), "decisions name their shard");
+    assert!(
+        text.contains(&format!("shard=\"{}\"", redis.addr())),
+        "decisions name their shard"
+    );
     for key in KEYS {
         assert!(!text.contains(key), "a raw key reached /metrics");
         assert!(!text.contains(&key[..9]), "part of a key reached /metrics");
@@ -113,7 +125,10 @@ async fn the_servers_metrics_pass_promtool_carry_no_keys_and_answer_fleet_querie
         if outcomes.contains(&"allowed".into()) && outcomes.contains(&"blocked".into()) {
             break outcomes;
         }
-        assert!(Instant::now() < deadline, "Prometheus never saw the decisions: {r}");
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus never saw the decisions: {r}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     assert!(by_outcome.len() >= 2);
@@ -128,7 +143,10 @@ async fn the_servers_metrics_pass_promtool_carry_no_keys_and_answer_fleet_querie
         .as_str()
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no fleet-wide p99: {p99}"));
-    assert!(value > 0.0 && value < 1.0, "p99 of loopback round trips: {value}");
+    assert!(
+        value > 0.0 && value < 1.0,
+        "p99 of loopback round trips: {value}"
+    );
     assert_eq!(p99["data"]["result"][0]["metric"]["shard"], redis.addr());
 
     let fail_open = query(
@@ -144,5 +162,8 @@ async fn the_servers_metrics_pass_promtool_carry_no_keys_and_answer_fleet_querie
         .as_str()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0);
-    assert_eq!(rate, 0.0, "Redis is healthy: nothing fails open: {fail_open}");
+    assert_eq!(
+        rate, 0.0,
+        "Redis is healthy: nothing fails open: {fail_open}"
+    );
 }

@@ -393,7 +393,10 @@ impl Ratewatch {
         let child = cmd.spawn().expect("start ratewatch");
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "ratewatch did not listen on {port}");
+            assert!(
+                Instant::now() < deadline,
+                "ratewatch did not listen on {port}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         Self { port, child }
