@@ -158,3 +158,45 @@ async fn the_fleet_view_in_redis_counts_every_decision_of_every_server() {
         "masked, never raw"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_on_redis_reports_the_quota_without_consuming_it() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let server = Ratewatch::start(
+        "serve",
+        Some(&cfg),
+        &[("RATEWATCH_REDIS_URL", &redis.url())],
+    );
+    let client = reqwest::Client::new();
+    let remaining = || async {
+        let body: serde_json::Value = client
+            .get(format!("{}/api/ratelimit/status", server.url()))
+            .header("x-api-key", "free_status_check")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(body["limits"][0]["name"], "burst");
+        body["limits"][0]["remaining"].as_u64().unwrap()
+    };
+    assert_eq!(remaining().await, CAPACITY as u64);
+    for _ in 0..3 {
+        client
+            .get(format!("{}/api/users", server.url()))
+            .header("x-api-key", "free_status_check")
+            .send()
+            .await
+            .unwrap();
+    }
+    for _ in 0..5 {
+        assert_eq!(
+            remaining().await,
+            CAPACITY as u64 - 3,
+            "looking consumes nothing"
+        );
+    }
+}

@@ -1,0 +1,140 @@
+//! The `ratewatch` binary as the README runs it: `serve` on the built-in
+//! policy and the memory store, and `check-config`.
+
+mod support;
+
+use std::process::Command;
+
+use support::Ratewatch;
+
+fn sf_list(value: &str) -> Vec<(String, Vec<(String, i64)>)> {
+    use sfv::{BareItem, ListEntry, Parser};
+    Parser::new(value)
+        .parse::<sfv::List>()
+        .unwrap_or_else(|e| panic!("{value:?} is not a structured-field list: {e}"))
+        .into_iter()
+        .map(|entry| match entry {
+            ListEntry::Item(item) => {
+                let BareItem::String(name) = item.bare_item else {
+                    panic!("member of {value:?} is not a string")
+                };
+                let params = item
+                    .params
+                    .into_iter()
+                    .map(|(k, v)| {
+                        (
+                            k.as_str().to_owned(),
+                            v.as_integer().map(i64::from).unwrap(),
+                        )
+                    })
+                    .collect();
+                (name.as_str().to_owned(), params)
+            }
+            ListEntry::InnerList(_) => panic!("inner list in {value:?}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_built_in_server_gives_a_fresh_free_key_ten_requests_then_429_and_lets_pro_pass() {
+    let server = Ratewatch::start("serve", None, &[]);
+    let client = reqwest::Client::new();
+    let get = |key: &'static str| {
+        client
+            .get(format!("{}/api/users", server.url()))
+            .header("x-api-key", key)
+            .send()
+    };
+    for i in 0..10 {
+        let res = get("free_readme_user").await.unwrap();
+        assert_eq!(res.status(), 200, "request {i}");
+        let policy = sf_list(res.headers()["ratelimit-policy"].to_str().unwrap());
+        assert_eq!(policy[0].0, "burst");
+        assert_eq!(policy[0].1[0], ("q".into(), 10));
+    }
+    let res = get("free_readme_user").await.unwrap();
+    assert_eq!(res.status(), 429);
+    let h = res.headers();
+    let rl = sf_list(h["ratelimit"].to_str().unwrap());
+    assert_eq!(rl[0].0, "burst");
+    assert_eq!(rl[0].1[0], ("r".into(), 0));
+    let t = rl[0].1[1].1;
+    let retry: i64 = h["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(
+        retry >= t && t >= 1,
+        "Retry-After {retry} is never earlier than t={t}"
+    );
+    sf_list(h["ratelimit-policy"].to_str().unwrap());
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(
+        (body["tier"].as_str(), body["limit"].as_str()),
+        (Some("free"), Some("burst"))
+    );
+
+    for _ in 0..30 {
+        assert_eq!(get("pro_readme_user").await.unwrap().status(), 200);
+    }
+    for _ in 0..50 {
+        let health = client
+            .get(format!("{}/health", server.url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(health.status(), 200);
+    }
+}
+
+#[test]
+fn check_config_accepts_the_built_in_policy() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ratewatch"))
+        .args([
+            "check-config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/ratewatch.toml"),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("ok (4 tiers, 2 routes)"), "{said}");
+}
+
+#[test]
+fn check_config_names_the_file_line_and_field_and_exits_non_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "[[tiers]]\nname = \"free\"\nlimits = [\n  { name = \"burst\", algorithm = \"token_bucket\", capacity = 10, refill_per_second = 0 },\n]\n",
+            ":4:",
+            "tiers[0].limits[0].refill_per_second",
+        ),
+        (
+            "[store]\nkind = \"memory\"\ntimeout = 50\n",
+            ":3:",
+            "store.timeout",
+        ),
+        (
+            "[[tiers]]\nname = \"free\"\nlimits = [{ name = \"burst\", algorithm = \"leaky\", capacity = 1 }]\n",
+            ":3:",
+            "algorithm",
+        ),
+    ];
+    for (i, (text, line, field)) in cases.into_iter().enumerate() {
+        let path = dir.path().join(format!("bad{i}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_ratewatch"))
+            .arg("check-config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "case {i}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("bad{i}.toml{line}")),
+            "case {i} names file and line: {err}"
+        );
+        assert!(
+            err.contains(field),
+            "case {i} names the field {field}: {err}"
+        );
+    }
+}
