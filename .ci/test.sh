@@ -21,7 +21,7 @@ fi
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --no-fail-fast
+  cargo nextest run --no-fail-fast --config-file .ci/nextest.toml
 else
   cargo test --no-fail-fast --lib --bins --tests
 fi
