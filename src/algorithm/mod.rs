@@ -233,7 +233,18 @@ impl Algorithm {
     /// (0 < factor <= 1): a region's partition, a sub-identity's share or a
     /// local fallback's cap. Quotas are floored but never drop below 1.
     pub fn scaled(&self, factor: f64) -> Algorithm {
-        let q = |n: u64| ((n as f64 * factor).floor() as u64).max(1);
+        self.scaled_keeping(factor, 1)
+    }
+
+    /// Like [`Algorithm::scaled`], but no quota drops below `min_quota` (or
+    /// its unscaled value, if smaller): a share must still admit the most
+    /// expensive request, or that request could never pass.
+    pub fn scaled_keeping(&self, factor: f64, min_quota: u64) -> Algorithm {
+        let q = |n: u64| {
+            ((n as f64 * factor).floor() as u64)
+                .max(min_quota.min(n))
+                .max(1)
+        };
         match *self {
             Algorithm::TokenBucket {
                 capacity,

@@ -44,7 +44,12 @@ pub(super) fn decide(
         // The request passes once `count + cost - limit` of the oldest
         // entries have left the window.
         let must_expire = (count + cost - limit) as usize;
-        let retry = log[must_expire - 1] + window - now;
+        // A cost above the limit can never pass (configs reject it); say
+        // "a window from now" rather than index past the log.
+        let retry = match log.get(must_expire.wrapping_sub(1)) {
+            Some(&t) if must_expire > 0 => t + window - now,
+            _ => window,
+        };
         let reset = log.back().map_or(0, |&t| t + window - now);
         Step {
             verdict: Verdict {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::Decision;
-use crate::clock::{MICROS_PER_SEC, Micros};
+use crate::clock::MICROS_PER_SEC;
 
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -31,38 +31,54 @@ pub fn ceil_secs(d: Duration) -> u64 {
     d.as_micros().div_ceil(MICROS_PER_SEC as u128) as u64
 }
 
-/// The seconds of `t` for the most constraining limit of `d`.
-pub fn seconds_until_return(d: &Decision) -> u64 {
+/// How long until the most constraining limit of `d` returns: the retry
+/// time when blocked, else the limit's reset.
+pub fn until_return(d: &Decision) -> Duration {
     match (d.allowed, d.retry_after, d.most_constraining()) {
-        (false, Some(retry), _) => ceil_secs(retry),
-        (_, _, Some(l)) => ceil_secs(l.reset_after),
-        _ => 0,
+        (false, Some(retry), _) => retry,
+        (_, _, Some(l)) => l.reset_after,
+        _ => Duration::ZERO,
     }
 }
 
-/// Adds the rate-limit headers of `d` (decided at `now`) to `h`. A decision
-/// without enforced limits (a fallback) adds none.
-pub fn insert(h: &mut HeaderMap, d: &Decision, now: Micros) {
+/// The `t` of the `RateLimit` header: [`until_return`] in whole seconds,
+/// rounded up.
+pub fn seconds_until_return(d: &Decision) -> u64 {
+    ceil_secs(until_return(d))
+}
+
+/// Adds the rate-limit headers of `d` to `h`. Times are counted from when
+/// the store decided (Redis `TIME` on Redis). A fallback that counted
+/// nothing adds `RateLimit-Policy` only.
+pub fn insert(h: &mut HeaderMap, d: &Decision) {
     let policy: Vec<String> = d
         .limits
         .iter()
         .filter(|l| !l.shadow)
         .map(|l| format!("{};q={};w={}", sf_string(&l.name), l.quota, l.window_secs))
         .collect();
+    if !policy.is_empty() {
+        if let Ok(v) = HeaderValue::from_str(&policy.join(", ")) {
+            h.insert(RATELIMIT_POLICY, v);
+        }
+    }
     let Some(top) = d.most_constraining() else {
         return;
     };
     let remaining = top.remaining.max(0.0).floor() as u64;
-    let t = seconds_until_return(d);
+    let until = until_return(d);
+    let t = ceil_secs(until);
+    // The epoch second at or after which quota is back: rounded up, so a
+    // client waiting until then is never early.
+    let reset = (d.decided_at + until.as_micros() as u64).div_ceil(MICROS_PER_SEC);
     let values = [
-        (RATELIMIT_POLICY, policy.join(", ")),
         (
             RATELIMIT,
             format!("{};r={remaining};t={t}", sf_string(&top.name)),
         ),
         (X_RATELIMIT_LIMIT, top.quota.to_string()),
         (X_RATELIMIT_REMAINING, remaining.to_string()),
-        (X_RATELIMIT_RESET, (now / MICROS_PER_SEC + t).to_string()),
+        (X_RATELIMIT_RESET, reset.to_string()),
     ];
     for (name, value) in values {
         if let Ok(v) = HeaderValue::from_str(&value) {

@@ -9,7 +9,6 @@ use http::{HeaderValue, StatusCode, header};
 use serde::Serialize;
 
 use super::headers::{self, ceil_secs};
-use crate::clock::Micros;
 use crate::identity::IdentityError;
 use crate::policy::FailurePolicy;
 use crate::{Decision, Source};
@@ -26,7 +25,7 @@ struct Refusal<'a> {
 
 /// The answer to a refused request: 429 when a limit blocked it, 503 when
 /// the store could not decide and the route fails closed.
-pub(crate) fn refused(d: &Decision, now: Micros, jitter: Duration) -> Response {
+pub(crate) fn refused(d: &Decision, jitter: Duration) -> Response {
     let closed = matches!(
         d.source,
         Source::Fallback {
@@ -72,7 +71,7 @@ pub(crate) fn refused(d: &Decision, now: Micros, jitter: Duration) -> Response {
         )
     };
     let mut res = (status, Json(body)).into_response();
-    headers::insert(res.headers_mut(), d, now);
+    headers::insert(res.headers_mut(), d);
     res.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(retry_secs));
     res

@@ -57,16 +57,15 @@ where
             };
             let tier = limiter.resolve_tier(&identity).await;
             let decision = limiter.check(&identity, &tier, route).await;
-            let now = limiter.clock().now_us();
             if !decision.allowed {
                 let jitter = limiter.policy().resilience.retry_after_jitter;
-                return Ok(response::refused(&decision, now, jitter));
+                return Ok(response::refused(&decision, jitter));
             }
             if !decision.delay.is_zero() {
                 tokio::time::sleep(decision.delay).await;
             }
             let mut res = inner.call(req).await?;
-            headers::insert(res.headers_mut(), &decision, now);
+            headers::insert(res.headers_mut(), &decision);
             Ok(res)
         }))
     }

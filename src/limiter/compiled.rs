@@ -26,13 +26,18 @@ pub(crate) struct CompiledLimit {
 }
 
 impl CompiledLimit {
-    fn new(limit: &Limit, key_name: String, split: u32, instances: u32) -> Self {
-        let algorithm = if split > 1 {
-            limit.algorithm.scaled(1.0 / split as f64)
+    /// `min_quota` is the largest route cost: no share may drop below it.
+    fn new(limit: &Limit, key_name: String, split: u32, instances: u32, min_quota: u64) -> Self {
+        // Only identity keys are split into sub-identities; IP and route
+        // keys stay whole, and so do their quotas.
+        let algorithm = if split > 1 && limit.scope == Scope::Identity {
+            limit
+                .algorithm
+                .scaled_keeping(1.0 / split as f64, min_quota)
         } else {
             limit.algorithm.clone()
         };
-        let local = algorithm.scaled(1.0 / instances as f64);
+        let local = algorithm.scaled_keeping(1.0 / instances as f64, min_quota);
         Self {
             name: limit.name.as_str().into(),
             key_name,
@@ -73,6 +78,13 @@ pub(crate) struct Compiled {
 impl Compiled {
     pub fn new(policy: &Policy) -> Self {
         let instances = policy.resilience.expected_instances.max(1);
+        let min_quota = policy
+            .routes
+            .iter()
+            .filter(|r| !r.exempt)
+            .map(|r| r.cost)
+            .max()
+            .unwrap_or(1);
         let route_tag = |r: &RouteRule| hash_identity("route", &r.path)[..8].to_owned();
         let tiers = policy
             .tiers
@@ -82,7 +94,7 @@ impl Compiled {
                 let limits = t
                     .limits
                     .iter()
-                    .map(|l| CompiledLimit::new(l, l.name.clone(), split, instances))
+                    .map(|l| CompiledLimit::new(l, l.name.clone(), split, instances, min_quota))
                     .collect();
                 let route_limits = policy
                     .routes
@@ -97,6 +109,7 @@ impl Compiled {
                                     format!("r{tag}.{}", l.name),
                                     split,
                                     instances,
+                                    r.cost,
                                 )
                             })
                             .collect()

@@ -74,13 +74,18 @@ pub struct Decision {
     pub outcome: Outcome,
     /// Round trip of the store call, when Redis was asked.
     pub store_rtt: Option<Duration>,
+    /// The time the decision was made at (Redis `TIME` for Redis stores).
+    pub decided_at: crate::clock::Micros,
 }
 
 impl Decision {
     /// The limit the `RateLimit` header names: when blocked, the enforced
     /// blocking limit with the latest retry; otherwise the enforced limit
-    /// with the fewest units left.
+    /// with the fewest units left. `None` when the state is not known.
     pub fn most_constraining(&self) -> Option<&LimitReport> {
+        if !self.state_known() {
+            return None;
+        }
         let enforced = self.limits.iter().filter(|l| !l.shadow);
         if self.allowed {
             enforced.min_by(|a, b| {
@@ -99,5 +104,17 @@ impl Decision {
     /// Whether the failure policy, not the store, answered.
     pub fn is_fallback(&self) -> bool {
         matches!(self.source, Source::Fallback { .. })
+    }
+
+    /// Whether the limits' state is known: false when the store could not
+    /// decide and the open or closed policy answered without counting.
+    pub fn state_known(&self) -> bool {
+        !matches!(
+            self.source,
+            Source::Fallback {
+                policy: FailurePolicy::Open | FailurePolicy::Closed,
+                ..
+            }
+        )
     }
 }

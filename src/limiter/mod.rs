@@ -22,6 +22,7 @@ mod decision;
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 pub use decision::{Decision, LimitReport, Source};
@@ -56,6 +57,8 @@ struct Inner {
     clock: Arc<dyn Clock>,
     /// One breaker per shard; none for the memory store, which cannot fail.
     breakers: Option<ShardBreakers>,
+    /// The local fallback decided since the store last answered everywhere.
+    local_used: AtomicBool,
 }
 
 impl std::fmt::Debug for Limiter {
@@ -113,6 +116,7 @@ impl LimiterBuilder {
     /// store was given. A Redis that is down does not fail this: decisions
     /// answer by failure policy until it appears.
     pub async fn build(self) -> Result<Limiter, Error> {
+        self.policy.validate()?;
         let policy = Arc::new(self.policy);
         let store = match self.store {
             Some(s) => s,
@@ -142,6 +146,7 @@ impl LimiterBuilder {
                 telemetry,
                 clock: self.clock,
                 breakers,
+                local_used: AtomicBool::new(false),
                 policy,
             }),
         })
@@ -290,6 +295,7 @@ impl Limiter {
                 },
                 outcome: Outcome::Allowed,
                 store_rtt: None,
+                decided_at: inner.clock.now_us(),
             };
         };
         let route_idx = route.map(|r| r.index);
@@ -300,26 +306,24 @@ impl Limiter {
         } else {
             Batch::consume(&items, cost)
         };
-        let shard = items
-            .first()
-            .map_or_else(|| "memory".into(), |i| inner.store.shard_for(&i.key));
         let failure = route_idx.map_or(c.default_failure, |i| c.routes[i].failure);
 
-        let decision = match self.ask_store(&shard, &batch).await {
+        let decision = match self.ask_store(&batch).await {
             Ok(d) => {
                 let source = Source::Store {
                     shard: d.shard.clone(),
                 };
                 build(tier.name.clone(), &limits, d, source, None)
             }
-            Err((reason, breaker_wait)) => {
+            Err(f) => {
+                let shard = f.shard.unwrap_or_else(|| "memory".into());
                 let mut d = self.fallback(
-                    tier, route_idx, identity, &batch, shard, reason, failure, &limits,
+                    tier, route_idx, identity, &batch, shard, f.reason, failure, &limits,
                 );
                 // Failing closed behind an open breaker: retry once it lets a
                 // probe through.
                 if let (Some(wait), Some(retry), FailurePolicy::Closed) =
-                    (breaker_wait, d.retry_after.as_mut(), failure)
+                    (f.breaker_wait, d.retry_after.as_mut(), failure)
                 {
                     *retry = wait.max(Duration::from_secs(1));
                 }
@@ -332,54 +336,86 @@ impl Limiter {
         decision
     }
 
-    /// One store call within the decision budget, through the shard's
-    /// breaker. A timed-out call is never retried. On failure, the reason
-    /// and, when the breaker is open, how long until it lets a probe go.
-    async fn ask_store(
-        &self,
-        shard: &Arc<str>,
-        batch: &Batch<'_>,
-    ) -> Result<StoreDecision, (FallbackReason, Option<Duration>)> {
+    /// One store call within the decision budget, through the breaker of
+    /// every shard the request touches (one, unless a cluster request spans
+    /// slots). A timed-out call is never retried. On failure: the reason,
+    /// how long until an open breaker lets a probe go, and the shard to
+    /// blame.
+    async fn ask_store(&self, batch: &Batch<'_>) -> Result<StoreDecision, StoreFailure> {
         let inner = &*self.inner;
-        let permit = match &inner.breakers {
-            Some(b) => match b.acquire(shard, inner.clock.now_us()) {
-                Ok(p) => Some(p),
-                Err(refused) => {
-                    let wait = Duration::from_micros(refused.retry_after_us);
-                    return Err((FallbackReason::BreakerOpen, Some(wait)));
+        let mut shards: Vec<Arc<str>> = Vec::with_capacity(1);
+        for item in batch.items {
+            let shard = inner.store.shard_for(&item.key);
+            if !shards.contains(&shard) {
+                shards.push(shard);
+            }
+        }
+        let mut permits = Vec::with_capacity(shards.len());
+        if let Some(b) = &inner.breakers {
+            for shard in &shards {
+                match b.acquire(shard, inner.clock.now_us()) {
+                    Ok(p) => permits.push(p),
+                    Err(refused) => {
+                        return Err(StoreFailure {
+                            reason: FallbackReason::BreakerOpen,
+                            breaker_wait: Some(Duration::from_micros(refused.retry_after_us)),
+                            shard: Some(shard.clone()),
+                        });
+                    }
                 }
-            },
-            None => None,
-        };
+            }
+        }
         let budget = inner.policy.store.timeout;
         let result = match tokio::time::timeout(budget, inner.store.decide(batch)).await {
             Ok(Ok(d)) => Ok(d),
             Ok(Err(e)) => {
-                tracing::debug!(error = %e, %shard, "store could not decide");
-                Err(if e.is_timeout() {
+                tracing::debug!(error = %e, "store could not decide");
+                let reason = if e.is_timeout() {
                     FallbackReason::Timeout
                 } else {
                     FallbackReason::Error
-                })
+                };
+                Err((reason, e.shard().cloned()))
             }
-            Err(_) => Err(FallbackReason::Timeout),
+            Err(_) => Err((FallbackReason::Timeout, None)),
         };
-        if let (Some(b), Some(permit)) = (&inner.breakers, permit) {
-            match b.report(shard, permit, result.is_ok(), inner.clock.now_us()) {
-                Change::Tripped(trip) => {
-                    inner.telemetry.record_breaker_trip(shard);
-                    tracing::warn!(%shard, reason = ?trip.reason, "circuit breaker opened");
+        if let Some(b) = &inner.breakers {
+            let now = inner.clock.now_us();
+            for (shard, permit) in shards.iter().zip(permits) {
+                // A failure the store pinned on one shard counts against that
+                // shard only; an unattributed one against every shard asked.
+                let ok = match &result {
+                    Ok(_) => true,
+                    Err((_, Some(failed))) if failed != shard => continue,
+                    Err(_) => false,
+                };
+                match b.report(shard, permit, ok, now) {
+                    Change::Tripped(trip) => {
+                        inner.telemetry.record_breaker_trip(shard);
+                        tracing::warn!(%shard, reason = ?trip.reason, "circuit breaker opened");
+                    }
+                    Change::Closed => tracing::info!(%shard, "circuit breaker closed"),
+                    Change::None => {}
                 }
-                Change::Closed => {
-                    // Back to the store: the local fallback's counts are
-                    // dropped, not merged.
-                    inner.local.clear();
-                    tracing::info!(%shard, "circuit breaker closed");
-                }
-                Change::None => {}
             }
         }
-        result.map_err(|reason| (reason, None))
+        if result.is_ok() && inner.local_used.load(Ordering::Relaxed) && !self.any_breaker_open() {
+            // Back to the store everywhere: the local fallback's counts are
+            // dropped, not merged.
+            inner.local_used.store(false, Ordering::Relaxed);
+            inner.local.clear();
+        }
+        result.map_err(|(reason, failed)| StoreFailure {
+            reason,
+            breaker_wait: None,
+            shard: failed.or_else(|| shards.first().cloned()),
+        })
+    }
+
+    fn any_breaker_open(&self) -> bool {
+        self.breaker_states()
+            .iter()
+            .any(|(_, s)| *s != crate::resilience::BreakerState::Closed)
     }
 
     /// Every shard's breaker state (empty for the memory store).
@@ -418,10 +454,25 @@ impl Limiter {
                         .open
                         .max(Duration::from_secs(1))
                 });
+                // Nothing was counted: the limits are reported with their
+                // policy only (RateLimit-Policy), not a remaining count.
+                let reports = limits
+                    .iter()
+                    .map(|l| LimitReport {
+                        name: l.name.clone(),
+                        quota: l.algorithm.quota(),
+                        window_secs: l.algorithm.window_secs(),
+                        remaining: l.algorithm.quota() as f64,
+                        reset_after: Duration::ZERO,
+                        retry_after: Duration::ZERO,
+                        allowed,
+                        shadow: l.shadow,
+                    })
+                    .collect();
                 Decision {
                     allowed,
                     tier: tier.name.clone(),
-                    limits: Vec::new(),
+                    limits: reports,
                     retry_after: retry,
                     delay: Duration::ZERO,
                     source,
@@ -431,9 +482,11 @@ impl Limiter {
                         Outcome::FallbackBlocked
                     },
                     store_rtt: None,
+                    decided_at: self.inner.clock.now_us(),
                 }
             }
             FailurePolicy::Local => {
+                self.inner.local_used.store(true, Ordering::Relaxed);
                 let (items, _) = self.inner.compiled.items(tier, route, identity, true);
                 let local = Batch {
                     items: &items,
@@ -485,6 +538,15 @@ impl Limiter {
     }
 }
 
+/// Why the store gave no decision.
+struct StoreFailure {
+    reason: FallbackReason,
+    /// How long until an open breaker lets a probe go.
+    breaker_wait: Option<Duration>,
+    /// The shard to blame (and to label the fallback with).
+    shard: Option<Arc<str>>,
+}
+
 /// A matched route rule (an index into the policy's routes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RouteMatch {
@@ -512,10 +574,13 @@ fn build(
             .max()
             .unwrap_or(Duration::from_secs(1))
     });
+    // A shadow shaper reports its delay but never holds a request.
     let delay = d
         .verdicts
         .iter()
-        .map(|v| v.delay_us)
+        .zip(limits)
+        .filter(|(_, l)| !l.shadow)
+        .map(|(v, _)| v.delay_us)
         .max()
         .map_or(Duration::ZERO, Duration::from_micros);
     let shadow_blocked = reports.iter().any(|r| r.shadow && !r.allowed);
@@ -533,6 +598,7 @@ fn build(
         source,
         outcome,
         store_rtt: d.rtt,
+        decided_at: d.now,
     }
 }
 

@@ -83,14 +83,17 @@ impl PolicyBuilder {
             routes: self.routes,
             partition,
         };
-        validate(&policy).map_err(|(field, message)| ConfigError::Invalid {
-            file: None,
-            line: None,
-            field,
-            message,
-        })?;
+        policy.validate()?;
         if partition < 1.0 {
-            let scale = |l: &mut Limit| l.algorithm = l.algorithm.scaled(partition);
+            let max_cost = policy
+                .routes
+                .iter()
+                .filter(|r| !r.exempt)
+                .map(|r| r.cost)
+                .max()
+                .unwrap_or(1);
+            let scale =
+                |l: &mut Limit| l.algorithm = l.algorithm.scaled_keeping(partition, max_cost);
             policy
                 .tiers
                 .iter_mut()

@@ -60,6 +60,17 @@ impl Policy {
         PolicyBuilder::default()
     }
 
+    /// Checks the policy as [`PolicyBuilder::build`] does: a policy whose
+    /// public fields were edited afterwards is checked again before use.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        builder::validate(self).map_err(|(field, message)| ConfigError::Invalid {
+            file: None,
+            line: None,
+            field,
+            message,
+        })
+    }
+
     /// The tier named `name`.
     pub fn tier(&self, name: &str) -> Option<&Tier> {
         self.tiers.iter().find(|t| t.name == name)

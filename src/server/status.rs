@@ -21,7 +21,8 @@ struct LimitStatus {
     name: String,
     quota: u64,
     window_seconds: u64,
-    remaining: u64,
+    /// `null` while the store cannot be asked.
+    remaining: Option<u64>,
     reset_seconds: u64,
     shadow: bool,
 }
@@ -33,7 +34,6 @@ pub(super) async fn status(State(limiter): State<Limiter>, req: Request) -> Resp
     };
     let tier = limiter.resolve_tier(&identity).await;
     let d = limiter.peek(&identity, &tier, None).await;
-    let now = limiter.clock().now_us();
     let body = Status {
         tier: d.tier.to_string(),
         identity: identity.masked(),
@@ -44,13 +44,13 @@ pub(super) async fn status(State(limiter): State<Limiter>, req: Request) -> Resp
                 name: l.name.to_string(),
                 quota: l.quota,
                 window_seconds: l.window_secs,
-                remaining: l.remaining.max(0.0).floor() as u64,
+                remaining: d.state_known().then(|| l.remaining.max(0.0).floor() as u64),
                 reset_seconds: headers::ceil_secs(l.reset_after),
                 shadow: l.shadow,
             })
             .collect(),
     };
     let mut res = Json(body).into_response();
-    headers::insert(res.headers_mut(), &d, now);
+    headers::insert(res.headers_mut(), &d);
     res
 }

@@ -91,9 +91,10 @@ impl ClusterStore {
             .connection_timeout(settings.timeout.max(Duration::from_millis(200)))
             .response_timeout(settings.timeout)
             .overall_response_timeout(Some(settings.timeout))
-            .retries(1)
-            .min_retry_wait(5)
-            .max_retry_wait(20)
+            // No client-side retries: a resent EVALSHA whose first reply was
+            // lost would charge every limit twice. A moved slot fails this
+            // decision (the failure policy answers) and refreshes the map.
+            .retries(0)
             .build()
             .map_err(|e| StoreError::Unavailable(format!("invalid cluster nodes: {e}")))?;
         let seed = redis::IntoConnectionInfo::into_connection_info(settings.nodes[0].as_str())
@@ -198,8 +199,11 @@ impl ClusterStore {
     ) -> Result<GroupReply, StoreError> {
         let shard = self.shard_for(&items[0].key);
         let cmd = script::decide_cmd(&self.scripts, batch, items);
-        let value = self.eval(&cmd, &self.scripts.decide, &shard).await?;
-        script::parse_reply(&value, items.len())
+        let value = self
+            .eval(&cmd, &self.scripts.decide, &shard)
+            .await
+            .map_err(|e| e.on_shard(shard.clone()))?;
+        script::parse_reply(&value, items.len()).map_err(|e| e.on_shard(shard))
     }
 
     async fn refund(
@@ -248,7 +252,11 @@ impl ClusterStore {
                 .filter(|(_, r)| r.allowed)
                 .map(|(items, r)| self.refund(items, r, cost));
             for r in join_all(refunds).await {
-                r?;
+                // Over-charging is the safe side: a failed refund must not
+                // turn a decision the store blocked into a fallback.
+                if let Err(e) = r {
+                    tracing::warn!(error = %e, "refund after a blocked request failed; the admitted limits stay charged");
+                }
             }
         }
         let mut verdicts = vec![None; batch.items.len()];

@@ -17,17 +17,50 @@ pub enum StoreError {
     /// The answer did not have the expected shape.
     #[error("unexpected store reply: {0}")]
     Protocol(String),
+    /// One shard of several failed (a cluster request spanning slots).
+    #[error("{source} (on {shard})")]
+    OnShard {
+        /// The shard that failed.
+        shard: std::sync::Arc<str>,
+        /// What went wrong there.
+        source: Box<StoreError>,
+    },
 }
 
 impl StoreError {
     /// Whether the same call may succeed later (everything but a protocol bug).
     pub fn is_transient(&self) -> bool {
-        !matches!(self, StoreError::Protocol(_))
+        match self {
+            StoreError::OnShard { source, .. } => source.is_transient(),
+            e => !matches!(e, StoreError::Protocol(_)),
+        }
     }
 
     /// Whether the error is a timeout.
     pub fn is_timeout(&self) -> bool {
-        matches!(self, StoreError::Timeout)
+        match self {
+            StoreError::OnShard { source, .. } => source.is_timeout(),
+            e => matches!(e, StoreError::Timeout),
+        }
+    }
+
+    /// The shard that failed, when the store knows it.
+    pub fn shard(&self) -> Option<&std::sync::Arc<str>> {
+        match self {
+            StoreError::OnShard { shard, .. } => Some(shard),
+            _ => None,
+        }
+    }
+
+    /// The same error, attributed to `shard`.
+    pub fn on_shard(self, shard: std::sync::Arc<str>) -> Self {
+        match self {
+            e @ StoreError::OnShard { .. } => e,
+            e => StoreError::OnShard {
+                shard,
+                source: Box::new(e),
+            },
+        }
     }
 
     /// The `reason` label: `timeout` or `error`.

@@ -166,9 +166,9 @@ impl RedisSink {
                             .connection_timeout(t)
                             .response_timeout(t)
                             .overall_response_timeout(Some(t))
-                            .retries(1)
-                            .min_retry_wait(10)
-                            .max_retry_wait(100)
+                            // A resent pipeline whose reply was lost would
+                            // count its events twice.
+                            .retries(0)
                             .build()?;
                         let conn = tokio::time::timeout(t, client.get_async_connection())
                             .await
