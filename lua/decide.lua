@@ -11,7 +11,10 @@
 -- ARGV[6..8+5(i-1)] p1, p2, p3: the algorithm's parameters (see its file)
 --
 -- Only if every non-shadow limit admits (and not peeking) is each admitting
--- limit's new state written, with an expiry of its step's TTL.
+-- limit's new state written, with an expiry of its step's TTL. A key holding
+-- another algorithm's kind of state (the limit's algorithm was changed under
+-- the same name) is deleted first and decided as fresh, instead of failing
+-- with WRONGTYPE until it expires.
 --
 -- Returns { allowed (1/0), now (µs),
 --           per limit i: { allowed (1/0), remaining ('%.17g' string),
@@ -36,6 +39,10 @@ for i = 1, #KEYS do
   local alg = ALG[ARGV[base]]
   if not alg then
     return redis.error_reply('ratewatch: unknown algorithm ' .. tostring(ARGV[base]))
+  end
+  local held = redis.call('TYPE', KEYS[i]).ok
+  if held ~= 'none' and held ~= alg.type then
+    redis.call('DEL', KEYS[i])
   end
   local step = alg.decide(KEYS[i], tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]),
                           tonumber(ARGV[base + 4]), now, cost)

@@ -10,7 +10,7 @@
 --           retry_us, delay_us (always 0), ttl_us = until the window ends
 -- refund    decrements count by `cost` if the window is still the same
 
-ALG.fixed_window = {}
+ALG.fixed_window = { type = 'hash' }
 
 function ALG.fixed_window.decide(key, limit, window, _, now, cost)
   local start = now - imod(now, window)

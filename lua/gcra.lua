@@ -12,7 +12,7 @@
 --           retry_us, delay_us, ttl_us = TAT - now
 -- refund    moves the TAT back by cost × interval; keeps the expiry
 
-ALG.gcra = {}
+ALG.gcra = { type = 'string' }
 
 function ALG.gcra.decide(key, interval, burst, max_delay, now, cost)
   local tat = tonumber(redis.call('GET', key))

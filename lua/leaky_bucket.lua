@@ -13,6 +13,7 @@
 -- refund    moves the drain time back by cost × interval; keeps the expiry
 
 ALG.leaky_bucket = {
+  type = 'string',
   decide = ALG.gcra.decide,
   write = ALG.gcra.write,
   refund = ALG.gcra.refund,

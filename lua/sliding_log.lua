@@ -16,7 +16,7 @@
 --           returns them, so a refund can remove exactly those
 -- refund    ZREM of the members the decision added
 
-ALG.sliding_log = {}
+ALG.sliding_log = { type = 'zset' }
 
 -- The score of the `index`-th (0-based) entry still in the window.
 local function sl_score_at(key, horizon, index, reverse)

@@ -11,7 +11,7 @@
 --           retry_us, delay_us (always 0), ttl_us = until the next window ends
 -- refund    decrements count by `cost` if the window is still the same
 
-ALG.sliding_window = {}
+ALG.sliding_window = { type = 'hash' }
 
 local function sw_estimate(prev, curr, window, elapsed)
   return prev * ((window - elapsed) / window) + curr

@@ -10,7 +10,7 @@
 --           retry_us, delay_us (always 0), ttl_us = time to refill to full
 -- refund    adds `cost` tokens back, capped at capacity; keeps the expiry
 
-ALG.token_bucket = {}
+ALG.token_bucket = { type = 'hash' }
 
 -- Tokens held at `now` by a bucket that held `tokens` at `last`. A clock
 -- that steps back refills nothing; it never drains either. Once the time to

@@ -388,3 +388,46 @@ async fn memory_per_identity_stays_small_and_grows_only_with_a_sliding_log() {
         "fixed-size state stays under 200 bytes"
     );
 }
+
+#[tokio::test]
+async fn changing_a_limits_algorithm_under_the_same_name_decides_as_fresh() {
+    let server = RedisServer::start();
+    let store = store(&server, Duration::from_secs(1)).await;
+    let k = key("changed_algorithm", "burst");
+    // Yesterday the limit was a GCRA (a string), a sliding log (a sorted
+    // set), then a token bucket (a hash); each change must decide, not fail
+    // with WRONGTYPE until the old state expires.
+    let shapes = [
+        Algorithm::Gcra {
+            rate_per_second: 1.0,
+            burst: 3,
+        },
+        Algorithm::SlidingLog {
+            limit: 3,
+            window_us: 60_000_000,
+        },
+        Algorithm::TokenBucket {
+            capacity: 3,
+            refill_per_second: 0.001,
+        },
+        Algorithm::FixedWindow {
+            limit: 3,
+            window_us: 60_000_000,
+        },
+    ];
+    for algorithm in shapes {
+        let items = [Item::new(k.clone(), algorithm.clone())];
+        for n in 0..3 {
+            let d = store
+                .decide(&Batch::consume(&items, 1))
+                .await
+                .unwrap_or_else(|e| panic!("{algorithm:?}: {e}"));
+            assert!(
+                d.allowed,
+                "{algorithm:?} request {n} starts from a fresh key"
+            );
+        }
+        let d = store.decide(&Batch::consume(&items, 1)).await.unwrap();
+        assert!(!d.allowed, "{algorithm:?} then counts as usual");
+    }
+}

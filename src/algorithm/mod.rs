@@ -286,27 +286,45 @@ impl Algorithm {
 
     /// Checks the parameters; the message says what would be valid.
     pub fn validate(&self) -> Result<(), String> {
-        let positive_rate = |r: f64, field: &str| {
-            if r.is_finite() && r > 0.0 && r <= 1e6 {
+        const MAX_QUOTA: u64 = 1_000_000_000_000;
+        const MAX_WINDOW_US: u64 = 366 * 86_400 * MICROS_PER_SEC;
+        // A queue or GCRA window past ~317 years would overflow µs arithmetic.
+        const MAX_SPAN_US: u64 = 10_000_000_000_000_000;
+        let rate = |r: f64, field: &str| {
+            if r.is_finite() && (1e-6..=1e6).contains(&r) {
                 Ok(())
             } else {
                 Err(format!(
-                    "`{field}` must be a number above 0 and at most 1000000, got {r}"
+                    "`{field}` must be a number from 0.000001 to 1000000 per second, got {r}"
                 ))
             }
         };
-        let positive = |n: u64, field: &str| {
-            if n > 0 {
+        let quota = |n: u64, field: &str| {
+            if (1..=MAX_QUOTA).contains(&n) {
                 Ok(())
             } else {
-                Err(format!("`{field}` must be at least 1, got 0"))
+                Err(format!("`{field}` must be from 1 to {MAX_QUOTA}, got {n}"))
             }
         };
         let window = |w: u64| {
-            if w >= 1_000 {
+            if (1_000..=MAX_WINDOW_US).contains(&w) {
                 Ok(())
             } else {
-                Err("`window` must be at least 1ms (for example \"60s\", \"1h\", \"1d\")".into())
+                Err(
+                    "`window` must be from 1ms to 366d (for example \"60s\", \"1h\", \"1d\")"
+                        .into(),
+                )
+            }
+        };
+        let span = |n: u64, r: f64, field: &str| {
+            if n.checked_mul(interval_us(r))
+                .is_some_and(|s| s <= MAX_SPAN_US)
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "`{field}` {n} at {r}/s spans more than 317 years; lower it or raise the rate"
+                ))
             }
         };
         match *self {
@@ -314,29 +332,35 @@ impl Algorithm {
                 capacity,
                 refill_per_second,
             } => {
-                positive(capacity, "capacity")?;
-                positive_rate(refill_per_second, "refill_per_second")
+                quota(capacity, "capacity")?;
+                rate(refill_per_second, "refill_per_second")
             }
             Algorithm::SlidingWindow { limit, window_us }
             | Algorithm::SlidingLog { limit, window_us }
             | Algorithm::FixedWindow { limit, window_us } => {
-                positive(limit, "limit")?;
+                quota(limit, "limit")?;
                 window(window_us)
             }
             Algorithm::Gcra {
                 rate_per_second,
                 burst,
             } => {
-                positive(burst, "burst")?;
-                positive_rate(rate_per_second, "rate_per_second")
+                quota(burst, "burst")?;
+                rate(rate_per_second, "rate_per_second")?;
+                span(burst, rate_per_second, "burst")
             }
             Algorithm::LeakyBucket {
                 rate_per_second,
                 capacity,
-                ..
+                max_delay_us,
             } => {
-                positive(capacity, "capacity")?;
-                positive_rate(rate_per_second, "rate_per_second")
+                quota(capacity, "capacity")?;
+                rate(rate_per_second, "rate_per_second")?;
+                span(capacity, rate_per_second, "capacity")?;
+                if max_delay_us > MAX_WINDOW_US {
+                    return Err("`max_delay` must be at most 366d".into());
+                }
+                Ok(())
             }
         }
     }

@@ -18,13 +18,23 @@ pub(super) async fn guard(State(limiter): State<Limiter>, req: Request, next: Ne
     if !settings.enabled {
         return StatusCode::NOT_FOUND.into_response();
     }
-    let peer = crate::identity::peer_ip(req.extensions());
-    if !settings.allow_remote && peer.is_some_and(|ip| !ip.is_loopback()) {
-        return (
-            StatusCode::FORBIDDEN,
-            "the dashboard answers loopback clients only; set [dashboard] allow_remote = true",
-        )
-            .into_response();
+    if !settings.allow_remote {
+        // The client as the limiter sees it: the peer, or the first
+        // untrusted X-Forwarded-For hop behind a trusted proxy. Unknown
+        // (no ConnectInfo) is not loopback.
+        let extractor = crate::identity::HeaderExtractor::new(limiter.policy().identity.clone());
+        let client = extractor
+            .client_ip(req.headers(), crate::identity::peer_ip(req.extensions()))
+            .ok()
+            .flatten();
+        if !client.is_some_and(|ip| ip.is_loopback()) {
+            return (
+                StatusCode::FORBIDDEN,
+                "the dashboard answers loopback clients only (serve with \
+                 into_make_service_with_connect_info, or set [dashboard] allow_remote = true)",
+            )
+                .into_response();
+        }
     }
     if let Some(token) = &settings.token {
         let bearer = req

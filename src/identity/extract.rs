@@ -107,7 +107,7 @@ impl HeaderExtractor {
 
     /// The client IP: the peer, or, when the peer is a trusted proxy, the
     /// rightmost `X-Forwarded-For` hop that is not itself a trusted proxy.
-    fn client_ip(
+    pub fn client_ip(
         &self,
         headers: &HeaderMap,
         peer: Option<IpAddr>,

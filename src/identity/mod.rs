@@ -115,11 +115,13 @@ impl Identity {
         }
     }
 
-    /// `free_tk…9f3a`: a short prefix of the key (at most a third of it,
+    /// `free_tk…0c4e9f3a`: a short prefix of the key (at most a third of it,
     /// at most 7 characters) and the end of its hash. IPs show their
-    /// network part only (`203.0.113.…9f3a`).
+    /// network part only (`203.0.113.…0c4e9f3a`).
     pub fn masked(&self) -> String {
-        let tail = &self.hash[self.hash.len() - 4..];
+        // Eight hex digits (32 bits) of the hash keep thousands of keys with
+        // one prefix apart in the top-blocked list.
+        let tail = &self.hash[self.hash.len() - 8..];
         let head: String = match (self.kind, self.ip) {
             (IdentityKind::Ip, Some(IpAddr::V4(v4))) => {
                 let o = v4.octets();

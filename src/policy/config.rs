@@ -183,5 +183,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if !(secs.is_finite() && secs > 0.0) {
         return Err(format!("\"{s}\" must be longer than zero"));
     }
+    if secs > 1e10 {
+        return Err(format!("\"{s}\" is too long; at most about 300 years"));
+    }
     Ok(Duration::from_secs_f64(secs))
 }

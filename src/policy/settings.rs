@@ -168,7 +168,7 @@ pub fn ip_in(nets: &[IpNet], ip: IpAddr) -> bool {
 /// How identities are shown on the dashboard and in the fleet view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KeyDisplay {
-    /// A short prefix and a hash suffix: `free_tk…9f3a`.
+    /// A short prefix and 8 hex digits of the hash: `free_tk…0c4e9f3a`.
     #[default]
     Masked,
     /// The identity hash only.

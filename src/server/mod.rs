@@ -27,7 +27,10 @@ pub fn app(limiter: Limiter) -> Router {
         .layer(limiter.layer());
     let router = Router::new()
         .merge(api)
-        .route("/api/ratelimit/status", get(status::status))
+        .route(
+            "/api/ratelimit/status",
+            get(status::status).layer(axum::Extension(status::StatusGuard::new())),
+        )
         .route("/health", get(|| async { "ok" }))
         .route("/metrics", get(limiter.metrics_handler()))
         .with_state(limiter.clone());

@@ -1,13 +1,16 @@
 //! `GET /api/ratelimit/status`: the caller's quota per limit, consuming
 //! nothing.
 
+use axum::Extension;
 use axum::Json;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::Limiter;
+use crate::algorithm::Algorithm;
 use crate::layer::headers;
+use crate::store::{Batch, Item, MemoryStore};
 
 #[derive(Serialize)]
 struct Status {
@@ -27,11 +30,57 @@ struct LimitStatus {
     shadow: bool,
 }
 
-pub(super) async fn status(State(limiter): State<Limiter>, req: Request) -> Response {
+/// Looking is free of quota but not of cost (a store round trip each), so
+/// each caller may look a few times a second, decided in process.
+#[derive(Clone)]
+pub(super) struct StatusGuard {
+    store: MemoryStore,
+}
+
+impl StatusGuard {
+    pub(super) fn new() -> Self {
+        Self {
+            store: MemoryStore::new(),
+        }
+    }
+
+    fn admits(&self, identity: &crate::Identity) -> bool {
+        let item = [Item::new(
+            identity.hash(),
+            Algorithm::TokenBucket {
+                capacity: 20,
+                refill_per_second: 5.0,
+            },
+        )];
+        self.store.decide_now(&Batch::consume(&item, 1)).allowed
+    }
+}
+
+pub(super) async fn status(
+    State(limiter): State<Limiter>,
+    Extension(guard): Extension<StatusGuard>,
+    req: Request,
+) -> Response {
     let identity = match limiter.extractor().extract(req.headers(), req.extensions()) {
         Ok(id) => id,
         Err(e) => return crate::layer::identity_error_response(&e),
     };
+    if !guard.admits(&identity) {
+        let mut res = (
+            http::StatusCode::TOO_MANY_REQUESTS,
+            Json(serde_json::json!({
+                "error": "rate_limited",
+                "message": "status is limited to 5 looks per second per caller",
+                "retry_after_seconds": 1,
+            })),
+        )
+            .into_response();
+        res.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("1"),
+        );
+        return res;
+    }
     let tier = limiter.resolve_tier(&identity).await;
     let d = limiter.peek(&identity, &tier, None).await;
     let body = Status {

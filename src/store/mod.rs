@@ -37,7 +37,7 @@ pub use error::StoreError;
 pub use memory::MemoryStore;
 
 #[cfg(feature = "redis-store")]
-pub use self::redis::RedisStore;
+pub use self::redis::{DEFAULT_URL as DEFAULT_REDIS_URL, RedisStore};
 #[cfg(feature = "redis-store")]
 pub use cluster::{ClusterStore, slot_of};
 

@@ -50,12 +50,15 @@ pub(crate) fn host_port(info: &redis::ConnectionInfo) -> String {
     }
 }
 
+/// The Redis a `redis` store without `url` connects to.
+pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
 impl RedisStore {
     /// A store on `settings.url` (default `redis://127.0.0.1:6379`). Fails
     /// only on an invalid URL: the connection is made by the first decision
     /// and remade in the background after a failure, so Redis may be down.
     pub async fn connect(settings: &StoreSettings) -> Result<Self, StoreError> {
-        let url = settings.url.as_deref().unwrap_or("redis://127.0.0.1:6379");
+        let url = settings.url.as_deref().unwrap_or(DEFAULT_URL);
         let client = redis::Client::open(url)
             .map_err(|e| StoreError::Unavailable(format!("invalid Redis URL: {e}")))?;
         let shard: Arc<str> = host_port(client.get_connection_info()).into();

@@ -193,10 +193,13 @@ impl Telemetry {
         {
             let timeout = (store.timeout * 20).min(std::time::Duration::from_secs(2));
             let target = match store.kind {
-                StoreKind::Redis => store
-                    .url
-                    .clone()
-                    .map(|url| RedisTarget::node(url, store.key_prefix.clone())),
+                StoreKind::Redis => Some(RedisTarget::node(
+                    store
+                        .url
+                        .clone()
+                        .unwrap_or_else(|| crate::store::DEFAULT_REDIS_URL.to_owned()),
+                    store.key_prefix.clone(),
+                )),
                 StoreKind::RedisCluster if !store.nodes.is_empty() => Some(RedisTarget::cluster(
                     store.nodes.clone(),
                     store.key_prefix.clone(),
