@@ -4,6 +4,8 @@
 
 mod support;
 
+use support::identity_key as key;
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -20,16 +22,6 @@ async fn store(cluster: &RedisCluster) -> ClusterStore {
     })
     .await
     .expect("connect")
-}
-
-fn key(identity: &str, limit: &str) -> String {
-    keys::identity_key(
-        "rw",
-        "free",
-        &keys::hash_identity("key", identity),
-        None,
-        limit,
-    )
 }
 
 fn bucket(key: String, capacity: u64) -> Item {

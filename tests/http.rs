@@ -375,12 +375,12 @@ async fn a_route_scoped_limit_is_one_ceiling_for_every_client() {
         .build()
         .unwrap();
     let (app, _) = app_with(p).await;
-    let statuses: Vec<u16> = futures_collect(&app, 10).await;
+    let statuses: Vec<u16> = get_as_distinct_clients(&app, 10).await;
     assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 6);
     assert_eq!(send(&app, "GET", "/health", None).await.status(), 200);
 }
 
-async fn futures_collect(app: &Router, n: usize) -> Vec<u16> {
+async fn get_as_distinct_clients(app: &Router, n: usize) -> Vec<u16> {
     let mut out = Vec::new();
     for i in 0..n {
         out.push(

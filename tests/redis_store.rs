@@ -4,6 +4,8 @@
 
 mod support;
 
+use support::identity_key as key;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,16 +22,6 @@ async fn store(server: &RedisServer, timeout: Duration) -> RedisStore {
     })
     .await
     .expect("connect")
-}
-
-fn key(identity: &str, limit: &str) -> String {
-    keys::identity_key(
-        "rw",
-        "free",
-        &keys::hash_identity("key", identity),
-        None,
-        limit,
-    )
 }
 
 fn bucket(identity: &str, capacity: u64) -> Item {

@@ -3,13 +3,15 @@
 
 mod support;
 
+use support::identity_key as key;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use ratewatch::algorithm::Algorithm;
 use ratewatch::clock::{Clock, ManualClock, SystemClock};
 use ratewatch::policy::StoreSettings;
-use ratewatch::store::{Batch, ClusterStore, Item, MemoryStore, RedisStore, Store, keys};
+use ratewatch::store::{Batch, ClusterStore, Item, MemoryStore, RedisStore, Store};
 
 /// A store under test and what keeps it alive.
 struct Fixture {
@@ -114,16 +116,6 @@ fn settings(url: Option<String>, nodes: Vec<String>) -> StoreSettings {
         timeout: Duration::from_secs(2),
         ..StoreSettings::default()
     }
-}
-
-fn key(identity: &str, limit: &str) -> String {
-    keys::identity_key(
-        "rw",
-        "free",
-        &keys::hash_identity("key", identity),
-        None,
-        limit,
-    )
 }
 
 fn burst(identity: &str, capacity: u64) -> Item {

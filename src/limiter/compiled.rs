@@ -78,13 +78,7 @@ pub(crate) struct Compiled {
 impl Compiled {
     pub fn new(policy: &Policy) -> Self {
         let instances = policy.resilience.expected_instances.max(1);
-        let min_quota = policy
-            .routes
-            .iter()
-            .filter(|r| !r.exempt)
-            .map(|r| r.cost)
-            .max()
-            .unwrap_or(1);
+        let min_quota = policy.max_route_cost();
         let route_tag = |r: &RouteRule| hash_identity("route", &r.path)[..8].to_owned();
         let tiers = policy
             .tiers

@@ -85,13 +85,7 @@ impl PolicyBuilder {
         };
         policy.validate()?;
         if partition < 1.0 {
-            let max_cost = policy
-                .routes
-                .iter()
-                .filter(|r| !r.exempt)
-                .map(|r| r.cost)
-                .max()
-                .unwrap_or(1);
+            let max_cost = policy.max_route_cost();
             let scale =
                 |l: &mut Limit| l.algorithm = l.algorithm.scaled_keeping(partition, max_cost);
             policy

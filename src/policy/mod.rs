@@ -71,6 +71,17 @@ impl Policy {
         })
     }
 
+    /// The largest cost of a limited route (1 without routes): every share
+    /// of a quota must still admit it.
+    pub fn max_route_cost(&self) -> u64 {
+        self.routes
+            .iter()
+            .filter(|r| !r.exempt)
+            .map(|r| r.cost)
+            .max()
+            .unwrap_or(1)
+    }
+
     /// The tier named `name`.
     pub fn tier(&self, name: &str) -> Option<&Tier> {
         self.tiers.iter().find(|t| t.name == name)

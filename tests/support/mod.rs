@@ -8,6 +8,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The store key of `limit` for the API key `identity` in tier `free`,
+/// under prefix `rw`, as the limiter builds it.
+pub fn identity_key(identity: &str, limit: &str) -> String {
+    use ratewatch::store::keys;
+    keys::identity_key(
+        "rw",
+        "free",
+        &keys::hash_identity("key", identity),
+        None,
+        limit,
+    )
+}
+
 /// A port nothing listens on right now.
 pub fn free_port() -> u16 {
     // Cluster nodes also bind port + 10000; keep both in range.
