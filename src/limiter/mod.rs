@@ -356,6 +356,12 @@ impl Limiter {
                 match b.acquire(shard, inner.clock.now_us()) {
                     Ok(p) => permits.push(p),
                     Err(refused) => {
+                        // The call will not be made: shards that granted a
+                        // permit (perhaps their probe) get it back.
+                        let now = inner.clock.now_us();
+                        for (granted, permit) in shards.iter().zip(permits) {
+                            b.release(granted, permit, now);
+                        }
                         return Err(StoreFailure {
                             reason: FallbackReason::BreakerOpen,
                             breaker_wait: Some(Duration::from_micros(refused.retry_after_us)),

@@ -262,6 +262,17 @@ impl Breaker {
         })
     }
 
+    /// Gives a permit back unused (the call was not made). A probe given
+    /// back lets the next call probe at once instead of waiting for the lost
+    /// probe to time out; any other permit changes nothing.
+    pub fn release(&mut self, permit: Permit, now: Micros) {
+        if permit.probe && permit.period == self.period {
+            if let Inner::HalfOpen { .. } = self.inner {
+                self.enter(Inner::Open { until: now });
+            }
+        }
+    }
+
     fn permit(&self, probe: bool) -> Permit {
         Permit {
             probe,
@@ -309,6 +320,23 @@ mod tests {
 
     const OPEN: u64 = 2_000_000;
     const T0: Micros = 1_700_000_000_000_000;
+
+    #[test]
+    fn a_probe_given_back_unused_lets_the_next_call_probe_at_once() {
+        let mut b = Breaker::new(BreakerSettings {
+            failures: 1,
+            open: Duration::from_secs(1),
+            ..Default::default()
+        });
+        let p = b.acquire(0).unwrap();
+        assert!(b.on_failure(p, 0).is_some());
+        let probe = b.acquire(1_000_000).unwrap();
+        assert!(probe.is_probe());
+        assert!(b.acquire(1_000_001).is_err(), "one probe at a time");
+        b.release(probe, 1_000_002);
+        let again = b.acquire(1_000_003).expect("a new probe may go at once");
+        assert!(again.is_probe());
+    }
 
     fn settings(failures: u32, failure_ratio: f64, window: u32) -> BreakerSettings {
         BreakerSettings {

@@ -65,6 +65,17 @@ impl ShardBreakers {
         permit
     }
 
+    /// Gives back a permit whose call was not made.
+    pub fn release(&self, shard: &Arc<str>, permit: Permit, now: Micros) {
+        let breaker = self.breaker(shard);
+        let mut b = breaker.lock();
+        let before = b.state();
+        b.release(permit, now);
+        if b.state() != before {
+            metrics::record_breaker_state(shard, b.state().as_gauge());
+        }
+    }
+
     /// Reports the outcome of a permitted call.
     pub fn report(&self, shard: &Arc<str>, permit: Permit, ok: bool, now: Micros) -> Change {
         let breaker = self.breaker(shard);
