@@ -14,8 +14,9 @@ use ratewatch::policy::{DashboardSettings, Limit, Policy, Tier};
 use ratewatch::{Limiter, server};
 use tower::ServiceExt;
 
-/// The DOM of `url` after its scripts ran, from headless Chromium.
-fn dump_dom(url: &str) -> String {
+/// The DOM of `url` after its scripts ran (and, in virtual time, refreshed
+/// twice), and what the page logged, from headless Chromium.
+fn dump_dom(url: &str) -> (String, String) {
     let chromium = ["chromium", "chromium-browser", "google-chrome"]
         .into_iter()
         .find(|b| Command::new(b).arg("--version").output().is_ok())
@@ -30,14 +31,19 @@ fn dump_dom(url: &str) -> String {
             "--disable-component-update",
             "--disable-sync",
             "--no-first-run",
-            "--virtual-time-budget=2000",
+            "--virtual-time-budget=12000",
+            "--enable-logging=stderr",
+            "--v=0",
         ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .arg("--dump-dom")
         .arg(url)
         .output()
         .expect("run chromium");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 const HOSTILE_KEY: &str = "free_<script>window.pwned=1</script>";
@@ -78,10 +84,35 @@ limits = [{ name = "burst", algorithm = "token_bucket", capacity = 30, refill_pe
         statuses.push(res.status().as_u16());
     }
     assert_eq!(statuses, [200, 200, 200, 429, 429, 429, 429, 429, 429, 429]);
-    // Let the in-process fleet view flush.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Wait until the in-process fleet view has the decisions.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats: serde_json::Value = client
+            .get(format!("{base}/dashboard/api/stats?range=5m"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if stats["decisions"] == 10 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the fleet view never saw 10 decisions: {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
-    let dom = dump_dom(&format!("{base}/dashboard?range=5m"));
+    let (dom, log) =
+        tokio::task::spawn_blocking(move || dump_dom(&format!("{base}/dashboard?range=5m")))
+            .await
+            .unwrap();
+    assert!(
+        !log.contains("Uncaught") && !log.contains("refresh failed"),
+        "the page's script failed: {log}"
+    );
     assert!(
         dom.contains("Decisions over time"),
         "the page rendered: {dom:.500}"

@@ -24,9 +24,11 @@ pub(super) fn decide(
         Some(State::Tat(t)) => (*t).max(now),
         _ => now,
     };
-    let window = burst * interval;
+    // Validation bounds these products; saturating keeps a hand-built
+    // policy from panicking on a request.
+    let window = burst.saturating_mul(interval);
     let queued = tat - now;
-    let new_tat = tat + cost * interval;
+    let new_tat = tat.saturating_add(cost.saturating_mul(interval));
     let used = new_tat - now;
     let shaping_too_long = max_delay > 0 && queued > max_delay;
     if used <= window && !shaping_too_long {

@@ -36,27 +36,48 @@ pub(super) async fn guard(State(limiter): State<Limiter>, req: Request, next: Ne
                 .into_response();
         }
     }
+    let mut set_cookie = false;
     if let Some(token) = &settings.token {
-        let bearer = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+        let header_value = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
+        let bearer = header_value(header::AUTHORIZATION).and_then(|v| v.strip_prefix("Bearer "));
+        let cookie = header_value(header::COOKIE).and_then(|c| {
+            c.split(';')
+                .find_map(|kv| kv.trim().strip_prefix("ratewatch_dashboard="))
+        });
         let query = axum::extract::Query::<TokenQuery>::try_from_uri(req.uri())
             .ok()
             .and_then(|q| q.0.token);
-        let given = bearer.map(str::to_owned).or(query).unwrap_or_default();
-        if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
-            return (
-                StatusCode::UNAUTHORIZED,
-                [(header::WWW_AUTHENTICATE, "Bearer")],
-                "the dashboard requires Authorization: Bearer <token>",
-            )
-                .into_response();
+        let ok = |given: Option<&str>| {
+            given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
+        };
+        if !(ok(bearer) || ok(cookie)) {
+            if !ok(query.as_deref()) {
+                return (
+                    StatusCode::UNAUTHORIZED,
+                    [(header::WWW_AUTHENTICATE, "Bearer")],
+                    "the dashboard requires Authorization: Bearer <token>",
+                )
+                    .into_response();
+            }
+            // A browser that came with ?token= keeps it in a cookie, so
+            // links and refreshes need not carry it in the URL.
+            set_cookie = true;
         }
     }
-    next.run(req).await
+    let mut res = next.run(req).await;
+    if set_cookie {
+        if let Some(token) = &settings.token {
+            let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
+            if let Ok(v) = http::HeaderValue::from_str(&cookie) {
+                res.headers_mut().insert(header::SET_COOKIE, v);
+            }
+        }
+    }
+    res
 }
+
+/// The cookie that carries the dashboard token after a `?token=` visit.
+const COOKIE: &str = "ratewatch_dashboard";
 
 /// Compares without an early exit, so response time does not reveal how
 /// much of a guessed token was right.

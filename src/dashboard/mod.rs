@@ -40,7 +40,6 @@ pub const RANGES: [(&str, u64); 6] = [
 #[derive(Debug, Deserialize)]
 struct RangeQuery {
     range: Option<String>,
-    token: Option<String>,
 }
 
 impl RangeQuery {
@@ -101,7 +100,7 @@ async fn page(
         .fleet()
         .query(now.saturating_sub(secs), now)
         .await?;
-    let page = DashboardPage::new(&limiter, stats, range, q.token.as_deref());
+    let page = DashboardPage::new(&limiter, stats, range);
     Ok(Html(page.render()?))
 }
 

@@ -25,7 +25,6 @@ pub struct DashboardPage {
     store_kind: &'static str,
     fail_open_pct: String,
     generated: String,
-    token_query: String,
     refresh_ms: u64,
 }
 
@@ -52,14 +51,8 @@ struct ShardRow {
 }
 
 impl DashboardPage {
-    /// The page for `stats` over `range`; `token` is carried into links and
-    /// refreshes so a browser without headers stays signed in.
-    pub fn new(
-        limiter: &Limiter,
-        stats: FleetStats,
-        range: &'static str,
-        token: Option<&str>,
-    ) -> Self {
+    /// The page for `stats` over `range`.
+    pub fn new(limiter: &Limiter, stats: FleetStats, range: &'static str) -> Self {
         let policy = limiter.policy();
         let outcomes: Vec<&'static str> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
         let tiers = policy
@@ -130,9 +123,6 @@ impl DashboardPage {
             shards,
             store_kind: limiter.store().kind(),
             generated: chrono_like_now(),
-            token_query: token
-                .map(|t| format!("&token={}", url_escape(t)))
-                .unwrap_or_default(),
             refresh_ms: 5_000,
         }
     }
@@ -146,18 +136,6 @@ fn millis(seconds: f64) -> String {
 fn chrono_like_now() -> String {
     let s = crate::telemetry::unix_now() % 86_400;
     format!("{:02}:{:02}:{:02}Z", s / 3600, s / 60 % 60, s % 60)
-}
-
-/// Percent-encodes everything but unreserved characters.
-fn url_escape(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// `burst: token_bucket 10, +0.33/s` and the like.

@@ -22,7 +22,6 @@ mod decision;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 pub use decision::{Decision, LimitReport, Source};
@@ -49,7 +48,9 @@ struct Inner {
     policy: Arc<Policy>,
     compiled: Compiled,
     store: Arc<dyn Store>,
-    local: MemoryStore,
+    /// The local fallback's counters, one store per failed shard, so a
+    /// shard coming back drops its own counts and nobody else's.
+    local: LocalFallback,
     resolver: Arc<dyn TierResolver>,
     prefix_resolver: PrefixResolver,
     extractor: Arc<dyn KeyExtractor>,
@@ -57,8 +58,6 @@ struct Inner {
     clock: Arc<dyn Clock>,
     /// One breaker per shard; none for the memory store, which cannot fail.
     breakers: Option<ShardBreakers>,
-    /// The local fallback decided since the store last answered everywhere.
-    local_used: AtomicBool,
 }
 
 impl std::fmt::Debug for Limiter {
@@ -134,7 +133,7 @@ impl LimiterBuilder {
         Ok(Limiter {
             inner: Arc::new(Inner {
                 compiled: Compiled::new(&policy),
-                local: MemoryStore::with_clock_and_label(self.clock.clone(), "local"),
+                local: LocalFallback::new(self.clock.clone()),
                 resolver: self
                     .resolver
                     .unwrap_or_else(|| Arc::new(prefix_resolver.clone())),
@@ -146,7 +145,6 @@ impl LimiterBuilder {
                 telemetry,
                 clock: self.clock,
                 breakers,
-                local_used: AtomicBool::new(false),
                 policy,
             }),
         })
@@ -389,10 +387,15 @@ impl Limiter {
             let now = inner.clock.now_us();
             for (shard, permit) in shards.iter().zip(permits) {
                 // A failure the store pinned on one shard counts against that
-                // shard only; an unattributed one against every shard asked.
+                // shard only; the others' permits go back unreported (their
+                // part may or may not have answered). An unattributed failure
+                // counts against every shard asked.
                 let ok = match &result {
                     Ok(_) => true,
-                    Err((_, Some(failed))) if failed != shard => continue,
+                    Err((_, Some(failed))) if failed != shard => {
+                        b.release(shard, permit, now);
+                        continue;
+                    }
                     Err(_) => false,
                 };
                 match b.report(shard, permit, ok, now) {
@@ -400,28 +403,22 @@ impl Limiter {
                         inner.telemetry.record_breaker_trip(shard);
                         tracing::warn!(%shard, reason = ?trip.reason, "circuit breaker opened");
                     }
-                    Change::Closed => tracing::info!(%shard, "circuit breaker closed"),
+                    Change::Closed => {
+                        // Back to the store after a successful probe: the
+                        // local fallback's counts for it are dropped, not
+                        // merged.
+                        inner.local.forget(shard);
+                        tracing::info!(%shard, "circuit breaker closed");
+                    }
                     Change::None => {}
                 }
             }
-        }
-        if result.is_ok() && inner.local_used.load(Ordering::Relaxed) && !self.any_breaker_open() {
-            // Back to the store everywhere: the local fallback's counts are
-            // dropped, not merged.
-            inner.local_used.store(false, Ordering::Relaxed);
-            inner.local.clear();
         }
         result.map_err(|(reason, failed)| StoreFailure {
             reason,
             breaker_wait: None,
             shard: failed.or_else(|| shards.first().cloned()),
         })
-    }
-
-    fn any_breaker_open(&self) -> bool {
-        self.breaker_states()
-            .iter()
-            .any(|(_, s)| *s != crate::resilience::BreakerState::Closed)
     }
 
     /// Every shard's breaker state (empty for the memory store).
@@ -492,13 +489,12 @@ impl Limiter {
                 }
             }
             FailurePolicy::Local => {
-                self.inner.local_used.store(true, Ordering::Relaxed);
                 let (items, _) = self.inner.compiled.items(tier, route, identity, true);
                 let local = Batch {
                     items: &items,
                     ..*batch
                 };
-                let d = self.inner.local.decide_now(&local);
+                let d = self.inner.local.decide(source.shard(), &local);
                 let mut decision = build(tier.name.clone(), limits, d, source, Some(&items));
                 decision.outcome = if decision.allowed {
                     Outcome::FallbackAllowed
@@ -512,10 +508,11 @@ impl Limiter {
 
     fn record(&self, d: &Decision, route: Option<usize>, identity: &Identity, cost: u64) {
         let c = &self.inner.compiled;
+        // A fallback that counted nothing exceeded nothing.
         let exceeded: Vec<Arc<str>> = d
             .limits
             .iter()
-            .filter(|l| !l.allowed)
+            .filter(|l| d.state_known() && !l.allowed)
             .map(|l| l.name.clone())
             .collect();
         let fallback = match &d.source {
@@ -540,7 +537,43 @@ impl Limiter {
     /// Drops the local fallback's state (when the store is back, decisions
     /// return to it and the local counts are not merged).
     pub fn forget_local_state(&self) {
-        self.inner.local.clear();
+        self.inner.local.forget_all();
+    }
+}
+
+/// The local fallback: an in-process store per failed shard.
+struct LocalFallback {
+    clock: Arc<dyn Clock>,
+    stores: parking_lot::RwLock<std::collections::HashMap<Arc<str>, MemoryStore>>,
+}
+
+impl LocalFallback {
+    fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            stores: parking_lot::RwLock::new(std::collections::HashMap::new()),
+        }
+    }
+
+    fn decide(&self, shard: &Arc<str>, batch: &Batch<'_>) -> StoreDecision {
+        if let Some(store) = self.stores.read().get(shard) {
+            return store.decide_now(batch);
+        }
+        let store = self
+            .stores
+            .write()
+            .entry(shard.clone())
+            .or_insert_with(|| MemoryStore::with_clock_and_label(self.clock.clone(), shard))
+            .clone();
+        store.decide_now(batch)
+    }
+
+    fn forget(&self, shard: &Arc<str>) {
+        self.stores.write().remove(shard);
+    }
+
+    fn forget_all(&self) {
+        self.stores.write().clear();
     }
 }
 

@@ -121,10 +121,10 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
             "must be non-empty, without braces or spaces".into(),
         ));
     }
-    if p.resilience.expected_instances == 0 {
+    if !(1..=10_000).contains(&p.resilience.expected_instances) {
         return Err((
             "resilience.expected_instances".into(),
-            "must be at least 1".into(),
+            "must be from 1 to 10000".into(),
         ));
     }
     if p.resilience.breaker.failures == 0 {

@@ -44,15 +44,17 @@ impl StatusGuard {
         }
     }
 
+    /// Per identity and per client IP, so inventing keys does not buy looks.
     fn admits(&self, identity: &crate::Identity) -> bool {
-        let item = [Item::new(
-            identity.hash(),
-            Algorithm::TokenBucket {
-                capacity: 20,
-                refill_per_second: 5.0,
-            },
-        )];
-        self.store.decide_now(&Batch::consume(&item, 1)).allowed
+        let bucket = Algorithm::TokenBucket {
+            capacity: 20,
+            refill_per_second: 5.0,
+        };
+        let mut items = vec![Item::new(identity.hash(), bucket.clone())];
+        if let Some(ip) = identity.ip {
+            items.push(Item::new(format!("ip:{ip}"), bucket));
+        }
+        self.store.decide_now(&Batch::consume(&items, 1)).allowed
     }
 }
 

@@ -199,9 +199,13 @@ impl ClusterStore {
     ) -> Result<GroupReply, StoreError> {
         let shard = self.shard_for(&items[0].key);
         let cmd = script::decide_cmd(&self.scripts, batch, items);
-        let value = self
-            .eval(&cmd, &self.scripts.decide, &shard)
+        // Each group times out a little before the whole decision does, so
+        // a frozen master is named as the one that failed and healthy ones
+        // are not blamed with it.
+        let budget = self.timeout.mul_f64(0.9);
+        let value = tokio::time::timeout(budget, self.eval(&cmd, &self.scripts.decide, &shard))
             .await
+            .map_err(|_| StoreError::Timeout.on_shard(shard.clone()))?
             .map_err(|e| e.on_shard(shard.clone()))?;
         script::parse_reply(&value, items.len()).map_err(|e| e.on_shard(shard))
     }

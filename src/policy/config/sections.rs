@@ -79,7 +79,7 @@ pub(super) fn resilience(t: Option<Table<'_>>) -> Result<ResilienceSettings> {
             r.breaker.window = n as u32;
         }
     }
-    if let Some(n) = t.uint("expected_instances", 1, u64::from(u32::MAX))? {
+    if let Some(n) = t.uint("expected_instances", 1, 10_000)? {
         r.expected_instances = n as u32;
     }
     if let Some(jitter) = t.millis("retry_after_jitter_ms", 0)? {
