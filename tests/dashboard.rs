@@ -218,7 +218,7 @@ async fn the_dashboard_refuses_remote_peers_and_requires_its_token() {
     );
     assert_eq!(
         get(
-            locked,
+            locked.clone(),
             "203.0.113.9:5000",
             None,
             "/dashboard/api/policy?token=s3cret"
@@ -226,6 +226,36 @@ async fn the_dashboard_refuses_remote_peers_and_requires_its_token() {
         .await,
         200
     );
+    // A browser that came with ?token= gets it back as an HttpOnly cookie,
+    // and the cookie alone lets it in afterwards.
+    let local: SocketAddr = "127.0.0.1:1".parse().unwrap();
+    let first = locked
+        .clone()
+        .layer(MockConnectInfo(local))
+        .oneshot(
+            Request::get("/dashboard?token=s3cret")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let cookie = first.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_owned();
+    let again = locked
+        .layer(MockConnectInfo(local))
+        .oneshot(
+            Request::get("/dashboard/api/stats")
+                .header("cookie", pair)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 200);
 }
 
 #[tokio::test]

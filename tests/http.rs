@@ -219,8 +219,23 @@ async fn export_costs_five_units() {
 
 #[tokio::test]
 async fn a_shadow_limit_reports_but_never_blocks() {
-    let (app, _) = app_with(policy()).await;
+    let limiter = Limiter::new(policy()).await.unwrap();
+    let caller = ratewatch::Identity::new(ratewatch::identity::IdentityKind::ApiKey, "free_gina");
     // The shadow `trial` limit holds 3; the enforced burst holds 10.
+    let mut outcomes = Vec::new();
+    for _ in 0..10 {
+        let d = limiter.check(&caller, "free", None).await;
+        assert!(d.allowed, "a shadow limit never blocks");
+        outcomes.push(d.outcome);
+    }
+    use ratewatch::telemetry::Outcome::{Allowed, ShadowBlocked};
+    assert_eq!(outcomes[..3], [Allowed; 3]);
+    assert_eq!(
+        outcomes[3..],
+        [ShadowBlocked; 7],
+        "but it says it would have"
+    );
+    let (app, _) = app_with(policy()).await;
     for _ in 0..10 {
         assert_eq!(
             send(&app, "GET", "/api/users", Some("free_gina"))
@@ -229,6 +244,47 @@ async fn a_shadow_limit_reports_but_never_blocks() {
             200
         );
     }
+}
+
+#[tokio::test]
+async fn reset_is_the_epoch_second_at_or_after_which_the_request_passes() {
+    let (app, _) = app_with(policy()).await;
+    for _ in 0..10 {
+        send(&app, "GET", "/api/users", Some("free_reset")).await;
+    }
+    let res = send(&app, "GET", "/api/users", Some("free_reset")).await;
+    assert_eq!(res.status(), 429);
+    // One token at 0.33/s is back 3.0303 s after T0 (a whole second):
+    // the reset second is T0 + 4, never T0 + 3.
+    let reset: u64 = header(&res, "x-ratelimit-reset").parse().unwrap();
+    assert_eq!(reset, T0 / 1_000_000 + 4);
+}
+
+#[tokio::test]
+async fn looking_at_the_status_is_itself_limited_per_caller() {
+    let (app, _) = app_with(policy()).await;
+    let mut codes = Vec::new();
+    for _ in 0..30 {
+        codes.push(
+            send(&app, "GET", "/api/ratelimit/status", Some("free_looker"))
+                .await
+                .status()
+                .as_u16(),
+        );
+    }
+    assert_eq!(
+        codes.iter().filter(|c| **c == 200).count(),
+        20,
+        "a burst of 20 looks"
+    );
+    assert!(codes[20..].iter().all(|c| *c == 429));
+    assert_eq!(
+        send(&app, "GET", "/api/ratelimit/status", Some("free_other"))
+            .await
+            .status(),
+        200,
+        "another caller still looks"
+    );
 }
 
 #[tokio::test]

@@ -110,16 +110,49 @@ async fn a_killed_redis_gets_prompt_answers_by_policy() {
 
     let open = burst(&app, "GET", "/api/users", 10, 200).await;
     let bound = TIMEOUT + Duration::from_millis(100);
-    for (status, took, _) in &open {
+    for (status, took, headers) in &open {
         assert_eq!(*status, 200, "fail-open routes let traffic through");
         assert!(*took < bound, "answered in {took:?}, over {bound:?}");
+        // Nothing was counted: the policy is stated, no remaining is made up.
+        assert!(headers.contains_key("ratelimit-policy"));
+        assert!(!headers.contains_key("ratelimit"));
     }
     let closed = burst(&app, "POST", "/api/export", 10, 100).await;
     for (status, took, headers) in &closed {
         assert_eq!(*status, 503, "fail-closed routes refuse");
         assert!(headers.contains_key("retry-after"));
+        assert!(headers.contains_key("ratelimit-policy"));
         assert!(*took < bound, "answered in {took:?}, over {bound:?}");
     }
+    let metrics = metrics_text();
+    let shard = format!("shard=\"{}\"", redis.addr());
+    let fallbacks = |reason: &str, policy: &str| {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("ratewatch_fallbacks_total{") && l.contains(&shard))
+            .filter(|l| {
+                l.contains(&format!("reason=\"{reason}\""))
+                    && l.contains(&format!("policy=\"{policy}\""))
+            })
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum::<f64>()
+    };
+    // Every fallback is counted with its reason: the 200 concurrent calls
+    // all reached the dead Redis (errors) and tripped the breaker, which
+    // then answered the 100 fail-closed requests without a call.
+    assert_eq!(
+        fallbacks("error", "open")
+            + fallbacks("breaker_open", "open")
+            + fallbacks("timeout", "open"),
+        200.0
+    );
+    assert_eq!(fallbacks("breaker_open", "closed"), 100.0);
+    assert!(
+        metrics.contains(&format!("ratewatch_breaker_state{{{shard}}} 2")),
+        "open: {metrics}"
+    );
+    assert!(!metrics.lines().any(|l| l.starts_with("ratewatch_limit_exceeded_total") && l.contains("tier=\"free\"")),
+        "an outage is not clients exceeding their limits");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -172,6 +205,25 @@ async fn a_frozen_redis_trips_the_breaker_and_receives_no_calls_until_the_probe(
         assert_eq!(send(&app, "GET", "/api/users", "free_after").await.0, 200);
     }
     assert_eq!(send(&app, "GET", "/api/users", "free_after").await.0, 429);
+    let metrics = metrics_text();
+    let shard = redis.addr();
+    assert!(
+        metrics.contains(&format!("ratewatch_breaker_state{{shard=\"{shard}\"}} 0")),
+        "closed again after the probe: {metrics}"
+    );
+    assert!(
+        metrics.contains(&format!(
+            "ratewatch_breaker_trips_total{{shard=\"{shard}\"}} 1"
+        )),
+        "one trip: {metrics}"
+    );
+}
+
+/// The Prometheus exposition of this process (the limiter installs the
+/// global recorder).
+fn metrics_text() -> String {
+    let handle = ratewatch::telemetry::metrics::install_prometheus().expect("recorder");
+    ratewatch::telemetry::render(&handle)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -67,7 +67,7 @@ async fn query(client: &reqwest::Client, prom: &Prometheus, expr: &str) -> Value
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_servers_metrics_pass_promtool_carry_no_keys_and_answer_fleet_queries() {
-    let redis = RedisServer::start();
+    let mut redis = RedisServer::start();
     let server = Ratewatch::start("serve", None, &[("RATEWATCH_REDIS_URL", &redis.url())]);
     traffic(&server).await;
 
@@ -166,4 +166,38 @@ async fn the_servers_metrics_pass_promtool_carry_no_keys_and_answer_fleet_querie
         rate, 0.0,
         "Redis is healthy: nothing fails open: {fail_open}"
     );
+
+    // Redis dies: the built-in policy fails open, and the fail-open rate
+    // the alert watches rises above zero, with the breaker open.
+    let shard = redis.addr();
+    redis.kill();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        traffic(&server).await;
+        let r = query(
+            &client,
+            &prom,
+            "sum(rate(ratewatch_decisions_total{outcome=\"fallback_allowed\"}[5m])) / sum(rate(ratewatch_decisions_total[5m]))",
+        )
+        .await;
+        let rate: f64 = r["data"]["result"][0]["value"][1]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        let breaker = query(
+            &client,
+            &prom,
+            &format!("ratewatch_breaker_state{{shard=\"{shard}\"}}"),
+        )
+        .await;
+        let open = breaker["data"]["result"][0]["value"][1] == "2";
+        if rate > 0.0 && open {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus never saw the fail-open traffic: {r} {breaker}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }

@@ -233,8 +233,11 @@ async fn redis_commands_per_second_stay_flat_when_the_request_rate_grows_twentyf
         calls[0], calls[1]
     );
     assert!(calls[0] > 0);
+    // Twenty times the events, the same number of flushes: the load is
+    // O(flushes). The slack covers a flush more or less in 3 s and a flush
+    // that crosses a bucket boundary (two buckets written), not growth.
     let ratio = calls[1] as f64 / calls[0] as f64;
-    assert!((0.85..=1.15).contains(&ratio), "{calls:?}");
+    assert!((0.75..=1.33).contains(&ratio), "{calls:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
