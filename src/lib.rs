@@ -15,6 +15,7 @@
 //! let app: Router = Router::new()
 //!     .route("/api/users", get(|| async { "users" }))
 //!     .layer(limiter.layer())
+//!     .nest("/dashboard", limiter.dashboard())
 //!     .route("/metrics", get(limiter.metrics_handler()));
 //! # Ok(()) }
 //! ```
