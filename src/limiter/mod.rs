@@ -370,7 +370,15 @@ impl Limiter {
             }
         }
         let budget = inner.policy.store.timeout;
-        let result = match tokio::time::timeout(budget, inner.store.decide(batch)).await {
+        let decide = inner.store.decide(batch);
+        // A store without breakers (the memory store) never waits on
+        // anything: no timer is needed around it.
+        let answer = if inner.breakers.is_some() {
+            tokio::time::timeout(budget, decide).await
+        } else {
+            Ok(decide.await)
+        };
+        let result = match answer {
             Ok(Ok(d)) => Ok(d),
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "store could not decide");
