@@ -119,20 +119,8 @@ async fn each_decision_is_one_script_call_whatever_the_number_of_limits() {
         .expect("warm up");
     server.cli(&["CONFIG", "RESETSTAT"]);
     for _ in 0..10 {
-        assert!(
-            store
-                .decide(&Batch::consume(&one, 1))
-                .await
-                .expect("decide")
-                .allowed
-        );
-        assert!(
-            store
-                .decide(&Batch::consume(&six, 1))
-                .await
-                .expect("decide")
-                .allowed
-        );
+        assert!(support::consume(&store, &one, 1).await.allowed);
+        assert!(support::consume(&store, &six, 1).await.allowed);
         assert!(
             store
                 .decide(&Batch::peek(&six))
@@ -158,13 +146,7 @@ async fn a_forgotten_script_is_reloaded_transparently_and_counted() {
     let mut server = RedisServer::start();
     let store = store(&server, Duration::from_secs(1)).await;
     let items = [bucket("reloads", 10)];
-    assert!(
-        store
-            .decide(&Batch::consume(&items, 1))
-            .await
-            .expect("decide")
-            .allowed
-    );
+    assert!(support::consume(&store, &items, 1).await.allowed);
     assert_eq!(
         store.script_reloads(),
         vec![(server.addr().into(), 1)],
@@ -227,7 +209,7 @@ async fn a_frozen_server_times_out_promptly_and_the_decision_is_not_resent() {
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(server.command_calls("evalsha"), 1, "sent once, never again");
-    let peek = store.decide(&Batch::peek(&items)).await.expect("peek");
+    let peek = support::peek(&store, &items).await;
     assert_eq!(
         peek.verdicts[0].remaining.floor(),
         8.0,
@@ -272,13 +254,7 @@ async fn a_hostile_identity_maps_to_a_normal_length_key() {
     let store = store(&server, Duration::from_secs(2)).await;
     let hostile = format!("free_{{x}}:y}}{{:{}", "j".repeat(10 * 1024));
     let items = [bucket(&hostile, 2)];
-    assert!(
-        store
-            .decide(&Batch::consume(&items, 1))
-            .await
-            .expect("decide")
-            .allowed
-    );
+    assert!(support::consume(&store, &items, 1).await.allowed);
     let keys = server.cli(&["KEYS", "*"]);
     let keys: Vec<&str> = keys.lines().collect();
     assert_eq!(keys.len(), 1);
@@ -301,10 +277,7 @@ async fn memory_per_identity_stays_small_and_grows_only_with_a_sliding_log() {
         async move {
             let items = [item];
             for _ in 0..fill {
-                let d = store
-                    .decide(&Batch::consume(&items, cost))
-                    .await
-                    .expect("decide");
+                let d = support::consume(store, &items, cost).await;
                 assert!(d.allowed);
             }
             let bytes: u64 = server

@@ -21,6 +21,25 @@ pub fn identity_key(identity: &str, limit: &str) -> String {
     )
 }
 
+/// Decides `items` at `cost` on `store`, panicking on a store error.
+pub async fn consume(
+    store: &dyn ratewatch::store::Store,
+    items: &[ratewatch::store::Item],
+    cost: u64,
+) -> ratewatch::store::StoreDecision {
+    let batch = ratewatch::store::Batch::consume(items, cost);
+    store.decide(&batch).await.expect("the store decides")
+}
+
+/// Peeks at `items` on `store`, panicking on a store error.
+pub async fn peek(
+    store: &dyn ratewatch::store::Store,
+    items: &[ratewatch::store::Item],
+) -> ratewatch::store::StoreDecision {
+    let batch = ratewatch::store::Batch::peek(items);
+    store.decide(&batch).await.expect("the store peeks")
+}
+
 /// A port nothing listens on right now.
 pub fn free_port() -> u16 {
     // Cluster nodes also bind port + 10000; keep both in range.
