@@ -84,7 +84,7 @@ fn mixed(identity: &str, identity_cap: u64, ip_cap: u64) -> Vec<Item> {
         ),
         bucket(keys::ip_key("rw", "free", &ip, "per-ip"), ip_cap),
         Item::new(
-            keys::route_key("rw", "free", "/api/export", "route"),
+            keys::route_key("rw", "free", &keys::hash_route("/api/export"), "route"),
             Algorithm::Gcra {
                 rate_per_second: 0.001,
                 burst: 100,
@@ -104,23 +104,14 @@ async fn limits_in_other_slots_are_all_or_nothing_thanks_to_refunds() {
     // The IP limit blocks the third request: the identity and route groups
     // admitted it in their own slots and must give it back.
     for _ in 0..2 {
-        assert!(
-            store
-                .decide(&Batch::consume(&items, 1))
-                .await
-                .expect("decide")
-                .allowed
-        );
+        assert!(support::consume(&store, &items, 1).await.allowed);
     }
     for _ in 0..3 {
-        let d = store
-            .decide(&Batch::consume(&items, 1))
-            .await
-            .expect("decide");
+        let d = support::consume(&store, &items, 1).await;
         assert!(!d.allowed && !d.verdicts[2].allowed);
         assert_eq!(d.verdicts[0].remaining.floor(), 3.0);
     }
-    let peek = store.decide(&Batch::peek(&items)).await.expect("peek");
+    let peek = support::peek(&store, &items).await;
     let left: Vec<f64> = peek.verdicts.iter().map(|v| v.remaining.floor()).collect();
     assert_eq!(
         left,
@@ -136,19 +127,10 @@ async fn limits_in_other_slots_are_all_or_nothing_thanks_to_refunds() {
 
     // The other way round: the identity blocks, the IP limit is refunded.
     let items = mixed("mixed-again", 1, 10);
-    assert!(
-        store
-            .decide(&Batch::consume(&items, 1))
-            .await
-            .expect("decide")
-            .allowed
-    );
-    let d = store
-        .decide(&Batch::consume(&items, 1))
-        .await
-        .expect("decide");
+    assert!(support::consume(&store, &items, 1).await.allowed);
+    let d = support::consume(&store, &items, 1).await;
     assert!(!d.allowed && !d.verdicts[0].allowed && d.verdicts[2].allowed);
-    let peek = store.decide(&Batch::peek(&items)).await.expect("peek");
+    let peek = support::peek(&store, &items).await;
     assert_eq!(
         peek.verdicts[2].remaining.floor(),
         9.0,
@@ -161,13 +143,7 @@ async fn a_flushed_script_is_reloaded_transparently_on_the_cluster() {
     let cluster = RedisCluster::start();
     let store = store(&cluster).await;
     let items = [bucket(key("flushed", "burst"), 5)];
-    assert!(
-        store
-            .decide(&Batch::consume(&items, 1))
-            .await
-            .expect("decide")
-            .allowed
-    );
+    assert!(support::consume(&store, &items, 1).await.allowed);
     let before: u64 = store.script_reloads().iter().map(|(_, n)| n).sum();
     for node in &cluster.nodes {
         node.cli(&["SCRIPT", "FLUSH"]);

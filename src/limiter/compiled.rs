@@ -63,6 +63,8 @@ pub(crate) struct CompiledRoute {
     pub rule: RouteRule,
     pub label: Arc<str>,
     pub failure: FailurePolicy,
+    /// [`keys::hash_route`] of the pattern, for route-wide keys.
+    hash: String,
 }
 
 /// The whole policy, compiled.
@@ -73,13 +75,15 @@ pub(crate) struct Compiled {
     pub default_failure: FailurePolicy,
     pub prefix: String,
     pub any_route: Arc<str>,
+    /// [`keys::hash_route`] of `*`, for route-wide limits outside any rule.
+    any_route_hash: String,
 }
 
 impl Compiled {
     pub fn new(policy: &Policy) -> Self {
         let instances = policy.resilience.expected_instances.max(1);
         let min_quota = policy.max_route_cost();
-        let route_tag = |r: &RouteRule| hash_identity("route", &r.path)[..8].to_owned();
+        let route_tag = |r: &RouteRule| keys::hash_route(&r.path)[..8].to_owned();
         let tiers = policy
             .tiers
             .iter()
@@ -127,6 +131,7 @@ impl Compiled {
                 failure: r
                     .on_store_failure
                     .unwrap_or(policy.resilience.on_store_failure),
+                hash: keys::hash_route(&r.path),
             })
             .collect();
         Self {
@@ -135,6 +140,7 @@ impl Compiled {
             default_failure: policy.resilience.on_store_failure,
             prefix: policy.store.key_prefix.clone(),
             any_route: "*".into(),
+            any_route_hash: keys::hash_route("*"),
         }
     }
 
@@ -155,7 +161,9 @@ impl Compiled {
         local: bool,
     ) -> (Vec<Item>, Vec<&'a CompiledLimit>) {
         let route_limits = route.map_or(&[][..], |i| &tier.route_limits[i][..]);
-        let route_label = route.map_or("*", |i| self.routes[i].rule.path.as_str());
+        let route_hash = route.map_or(self.any_route_hash.as_str(), |i| {
+            self.routes[i].hash.as_str()
+        });
         let part = (tier.split > 1).then(|| rand::random_range(0..tier.split));
         let mut ip_hash = None;
         let limits: Vec<&CompiledLimit> = tier.limits.iter().chain(route_limits).collect();
@@ -178,7 +186,7 @@ impl Compiled {
                         keys::ip_key(&self.prefix, &tier.name, h, &l.key_name)
                     }
                     Scope::Route => {
-                        keys::route_key(&self.prefix, &tier.name, route_label, &l.key_name)
+                        keys::route_key(&self.prefix, &tier.name, route_hash, &l.key_name)
                     }
                 };
                 Item {

@@ -53,10 +53,15 @@ pub fn ip_key(prefix: &str, tier: &str, ip_hash: &str, limit: &str) -> String {
     format!("{prefix}:{{ip:{ip_hash}}}:{tier}:{limit}")
 }
 
-/// The key of a limit global to a route (one ceiling for every client).
-pub fn route_key(prefix: &str, tier: &str, route_pattern: &str, limit: &str) -> String {
-    let route = hash_identity("route", route_pattern);
-    format!("{prefix}:{{route:{route}}}:{tier}:{limit}")
+/// The hash of a route pattern for [`route_key`], computed once per route.
+pub fn hash_route(route_pattern: &str) -> String {
+    hash_identity("route", route_pattern)
+}
+
+/// The key of a limit global to a route (one ceiling for every client);
+/// `route_hash` is [`hash_route`] of the route's pattern.
+pub fn route_key(prefix: &str, tier: &str, route_hash: &str, limit: &str) -> String {
+    format!("{prefix}:{{route:{route_hash}}}:{tier}:{limit}")
 }
 
 /// The hash tag of a key: the part between the first `{` and the next `}`.
