@@ -22,11 +22,13 @@ pub(super) async fn guard(State(limiter): State<Limiter>, req: Request, next: Ne
         // The client as the limiter sees it: the peer, or the first
         // untrusted X-Forwarded-For hop behind a trusted proxy. Unknown
         // (no ConnectInfo) is not loopback.
-        let extractor = crate::identity::HeaderExtractor::new(limiter.policy().identity.clone());
-        let client = extractor
-            .client_ip(req.headers(), crate::identity::peer_ip(req.extensions()))
-            .ok()
-            .flatten();
+        let client = crate::identity::client_ip(
+            &limiter.policy().identity.trusted_proxies,
+            req.headers(),
+            crate::identity::peer_ip(req.extensions()),
+        )
+        .ok()
+        .flatten();
         if !client.is_some_and(|ip| ip.is_loopback()) {
             return (
                 StatusCode::FORBIDDEN,

@@ -105,41 +105,50 @@ impl HeaderExtractor {
         std::str::from_utf8(v).map_err(|_| bad("not ASCII"))
     }
 
-    /// The client IP: the peer, or, when the peer is a trusted proxy, the
-    /// rightmost `X-Forwarded-For` hop that is not itself a trusted proxy.
+    /// The client IP: see [`client_ip`].
     pub fn client_ip(
         &self,
         headers: &HeaderMap,
         peer: Option<IpAddr>,
     ) -> Result<Option<IpAddr>, IdentityError> {
-        let Some(peer) = peer else { return Ok(None) };
-        let trusted = &self.settings.trusted_proxies;
-        if !settings_ip_in(trusted, peer) {
-            return Ok(Some(peer));
-        }
-        let mut client = peer;
-        let bad = |reason| IdentityError::Malformed {
-            header: "x-forwarded-for",
-            reason,
-        };
-        let mut total = 0;
-        for value in headers.get_all("x-forwarded-for").iter().rev() {
-            total += value.len();
-            if total > 4096 {
-                return Err(bad("value too long"));
-            }
-            let s = value.to_str().map_err(|_| bad("not ASCII"))?;
-            for hop in s.rsplit(',') {
-                let hop = hop.trim();
-                let ip = parse_hop(hop).ok_or(bad("not a list of IP addresses"))?;
-                client = ip;
-                if !settings_ip_in(trusted, ip) {
-                    return Ok(Some(client));
-                }
-            }
-        }
-        Ok(Some(client))
+        client_ip(&self.settings.trusted_proxies, headers, peer)
     }
+}
+
+/// The client IP: the peer, or, when the peer is one of `trusted` proxies,
+/// the rightmost `X-Forwarded-For` hop that is not itself a trusted proxy.
+/// `None` when the peer is unknown.
+pub fn client_ip(
+    trusted: &[crate::policy::IpNet],
+    headers: &HeaderMap,
+    peer: Option<IpAddr>,
+) -> Result<Option<IpAddr>, IdentityError> {
+    let Some(peer) = peer else { return Ok(None) };
+    if !settings_ip_in(trusted, peer) {
+        return Ok(Some(peer));
+    }
+    let mut client = peer;
+    let bad = |reason| IdentityError::Malformed {
+        header: "x-forwarded-for",
+        reason,
+    };
+    let mut total = 0;
+    for value in headers.get_all("x-forwarded-for").iter().rev() {
+        total += value.len();
+        if total > 4096 {
+            return Err(bad("value too long"));
+        }
+        let s = value.to_str().map_err(|_| bad("not ASCII"))?;
+        for hop in s.rsplit(',') {
+            let hop = hop.trim();
+            let ip = parse_hop(hop).ok_or(bad("not a list of IP addresses"))?;
+            client = ip;
+            if !settings_ip_in(trusted, ip) {
+                return Ok(Some(client));
+            }
+        }
+    }
+    Ok(Some(client))
 }
 
 fn parse_hop(hop: &str) -> Option<IpAddr> {

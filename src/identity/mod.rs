@@ -16,7 +16,7 @@ mod resolve;
 
 use std::net::IpAddr;
 
-pub use extract::{HeaderExtractor, IdentityError, KeyExtractor, peer_ip};
+pub use extract::{HeaderExtractor, IdentityError, KeyExtractor, client_ip, peer_ip};
 pub use resolve::{PrefixResolver, TierResolver};
 
 use crate::policy::KeyDisplay;
