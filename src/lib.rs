@@ -32,7 +32,9 @@ pub mod layer;
 mod limiter;
 pub mod policy;
 pub mod resilience;
+#[cfg(feature = "server")]
 pub mod server;
+mod status;
 pub mod store;
 pub mod telemetry;
 

@@ -6,8 +6,12 @@ use axum::response::Response;
 use http::Request;
 use tower::Service;
 
+use std::sync::Arc;
+
 use super::future::ResponseFuture;
-use super::{headers, response};
+use super::headers;
+use super::options::Options;
+use super::response::Refusal;
 use crate::Limiter;
 
 /// Wraps a service: identifies the caller, decides, and either answers
@@ -16,12 +20,21 @@ use crate::Limiter;
 pub struct RateLimit<S> {
     inner: S,
     limiter: Limiter,
+    options: Arc<Options>,
 }
 
 impl<S> RateLimit<S> {
-    /// Wraps `inner`.
+    /// Wraps `inner` with the default options.
     pub fn new(inner: S, limiter: Limiter) -> Self {
-        Self { inner, limiter }
+        Self::with_options(inner, limiter, Arc::default())
+    }
+
+    pub(super) fn with_options(inner: S, limiter: Limiter, options: Arc<Options>) -> Self {
+        Self {
+            inner,
+            limiter,
+            options,
+        }
     }
 }
 
@@ -46,6 +59,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let limiter = self.limiter.clone();
+        let options = self.options.clone();
         ResponseFuture::new(Box::pin(async move {
             let route = limiter.route_for(req.method().as_str(), req.uri().path());
             if limiter.is_exempt(route) {
@@ -53,19 +67,27 @@ where
             }
             let identity = match limiter.extractor().extract(req.headers(), req.extensions()) {
                 Ok(id) => id,
-                Err(e) => return Ok(response::identity_error(&e)),
+                Err(e) => return Ok(options.refuse(&Refusal::of_identity(&e))),
             };
             let tier = limiter.resolve_tier(&identity).await;
             let decision = limiter.check(&identity, &tier, route).await;
+            if let Some(hook) = &options.on_decision {
+                hook(&decision, &identity);
+            }
             if !decision.allowed {
                 let jitter = limiter.policy().resilience.retry_after_jitter;
-                return Ok(response::refused(&decision, jitter));
+                let mut res = options.refuse(&Refusal::of_decision(&decision, jitter));
+                res.extensions_mut().insert(decision);
+                return Ok(res);
             }
             if !decision.delay.is_zero() {
                 tokio::time::sleep(decision.delay).await;
             }
+            let mut req = req;
+            req.extensions_mut().insert(decision.clone());
             let mut res = inner.call(req).await?;
-            headers::insert(res.headers_mut(), &decision);
+            headers::insert_families(res.headers_mut(), &decision, options.headers);
+            res.extensions_mut().insert(decision);
             Ok(res)
         }))
     }

@@ -16,6 +16,7 @@
 
 mod builder;
 mod config;
+mod env;
 mod limit;
 mod route;
 mod settings;
@@ -23,6 +24,7 @@ mod tier;
 
 pub use builder::PolicyBuilder;
 pub use config::{ConfigError, parse_duration};
+pub use env::{CONFIG_VAR, REDIS_URL_VAR};
 pub use limit::{Limit, Scope};
 pub use route::{RouteRule, path_matches};
 pub use settings::{
