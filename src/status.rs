@@ -94,7 +94,9 @@ impl Limiter {
     /// assert_eq!(res.status(), 200);
     /// # });
     /// ```
-    pub fn status_handler(&self) -> impl Fn(Request) -> StatusFuture + Clone + Send + Sync + 'static {
+    pub fn status_handler(
+        &self,
+    ) -> impl Fn(Request) -> StatusFuture + Clone + Send + Sync + 'static {
         let limiter = self.clone();
         let guard = StatusGuard::new();
         move |req: Request| -> StatusFuture {
@@ -104,7 +106,8 @@ impl Limiter {
 }
 
 async fn status(limiter: Limiter, guard: StatusGuard, req: Request) -> Response {
-    let identity = match limiter.extractor().extract(req.headers(), req.extensions()) {
+    let (parts, _) = req.into_parts();
+    let identity = match limiter.identify(&parts) {
         Ok(id) => id,
         Err(e) => return crate::layer::identity_error_response(&e),
     };
@@ -124,7 +127,7 @@ async fn status(limiter: Limiter, guard: StatusGuard, req: Request) -> Response 
         );
         return res;
     }
-    let tier = limiter.resolve_tier(&identity).await;
+    let tier = limiter.resolve_tier(&identity, &parts);
     let d = limiter.peek(&identity, &tier, None).await;
     let body = Status {
         tier: d.tier.to_string(),

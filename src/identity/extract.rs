@@ -36,15 +36,31 @@ impl IdentityError {
     }
 }
 
-/// Turns a request into an identity. It sees the headers and the
-/// extensions (where `ConnectInfo<SocketAddr>` carries the peer address).
+/// Turns a request into an identity. It sees the request's method, URI,
+/// headers and extensions (where `ConnectInfo<SocketAddr>` carries the
+/// peer address).
+///
+/// An identity returned without an IP ([`Identity::ip`]) gets the client
+/// IP the limiter finds itself (trusted proxies applied), so IP-scoped
+/// limits keep working with a custom extractor.
+///
+/// ```
+/// use http::request::Parts;
+/// use ratewatch::identity::{Identity, IdentityError, IdentityKind, KeyExtractor};
+/// /// The tenant id an auth layer put into the extensions.
+/// #[derive(Clone)]
+/// struct Tenant(String);
+/// struct TenantExtractor;
+/// impl KeyExtractor for TenantExtractor {
+///     fn extract(&self, request: &Parts) -> Result<Identity, IdentityError> {
+///         let tenant = request.extensions.get::<Tenant>().ok_or(IdentityError::Missing)?;
+///         Ok(Identity::new(IdentityKind::Custom, tenant.0.clone()))
+///     }
+/// }
+/// ```
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The caller of a request, or why it has none.
-    fn extract(
-        &self,
-        headers: &HeaderMap,
-        extensions: &Extensions,
-    ) -> Result<Identity, IdentityError>;
+    fn extract(&self, request: &http::request::Parts) -> Result<Identity, IdentityError>;
 }
 
 /// The default extractor: the API key header, then `Authorization: Bearer`,
@@ -186,12 +202,8 @@ pub fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
 }
 
 impl KeyExtractor for HeaderExtractor {
-    fn extract(
-        &self,
-        headers: &HeaderMap,
-        extensions: &Extensions,
-    ) -> Result<Identity, IdentityError> {
-        self.identify(headers, peer_ip(extensions))
+    fn extract(&self, request: &http::request::Parts) -> Result<Identity, IdentityError> {
+        self.identify(&request.headers, peer_ip(&request.extensions))
     }
 }
 

@@ -109,7 +109,11 @@ pub fn insert_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies
     let until = until_return(d);
     if families.ietf {
         let t = ceil_secs(until);
-        put(h, RATELIMIT, format!("{};r={remaining};t={t}", sf_string(&top.name)));
+        put(
+            h,
+            RATELIMIT,
+            format!("{};r={remaining};t={t}", sf_string(&top.name)),
+        );
     }
     if families.x_ratelimit {
         // The epoch second at or after which quota is back: rounded up, so

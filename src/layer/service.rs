@@ -65,11 +65,12 @@ where
             if limiter.is_exempt(route) {
                 return inner.call(req).await;
             }
-            let identity = match limiter.extractor().extract(req.headers(), req.extensions()) {
+            let (mut parts, body) = req.into_parts();
+            let identity = match limiter.identify(&parts) {
                 Ok(id) => id,
                 Err(e) => return Ok(options.refuse(&Refusal::of_identity(&e))),
             };
-            let tier = limiter.resolve_tier(&identity).await;
+            let tier = limiter.resolve_tier(&identity, &parts);
             let decision = limiter.check(&identity, &tier, route).await;
             if let Some(hook) = &options.on_decision {
                 hook(&decision, &identity);
@@ -83,9 +84,8 @@ where
             if !decision.delay.is_zero() {
                 tokio::time::sleep(decision.delay).await;
             }
-            let mut req = req;
-            req.extensions_mut().insert(decision.clone());
-            let mut res = inner.call(req).await?;
+            parts.extensions.insert(decision.clone());
+            let mut res = inner.call(Request::from_parts(parts, body)).await?;
             headers::insert_families(res.headers_mut(), &decision, options.headers);
             res.extensions_mut().insert(decision);
             Ok(res)
