@@ -80,6 +80,7 @@ impl Limiter {
     /// #[derive(Clone)]
     /// struct AppState;
     /// let policy = Policy::builder()
+    ///     .tier(Tier::new("free").limit(Limit::per_minute("minute", 60)))
     ///     .tier(Tier::new("anonymous").limit(Limit::per_minute("minute", 60)))
     ///     .build()
     ///     .unwrap();

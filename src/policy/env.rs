@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use ratewatch::policy::{Policy, StoreKind};
-//! let policy = Policy::from_toml_str("[[tiers]]\nname = \"anonymous\"\n", None)
+//! let policy = Policy::from_toml_str("[[tiers]]\nname = \"free\"\n[[tiers]]\nname = \"anonymous\"\n", None)
 //!     .unwrap()
 //!     .with_env_from(|name| (name == "RATEWATCH_REDIS_URL").then(|| "redis://10.0.0.5:6379".into()))
 //!     .unwrap();
@@ -92,7 +92,8 @@ mod tests {
     use super::*;
 
     fn base(store: &str) -> Policy {
-        let text = format!("{store}\n[[tiers]]\nname = \"anonymous\"\n");
+        let text =
+            format!("{store}\n[[tiers]]\nname = \"free\"\n[[tiers]]\nname = \"anonymous\"\n");
         Policy::from_toml_str(&text, None).unwrap()
     }
 

@@ -28,7 +28,7 @@ mod memory;
 #[cfg(feature = "redis-store")]
 mod redis;
 #[cfg(feature = "redis-store")]
-pub mod script;
+mod script;
 
 use std::sync::Arc;
 use std::time::Duration;
