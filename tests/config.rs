@@ -122,7 +122,7 @@ fn toml_policy_equals_the_same_policy_built_in_code() {
         method = "post"
         path = "/api/export"
         cost = 5
-        on_store_failure = "local"
+        on_store_failure = "closed"
         limits = [{ name = "exports", algorithm = "leaky_bucket", rate_per_second = 2, capacity = 5, max_delay = "250ms" }]
         "#,
     )
@@ -158,7 +158,7 @@ fn toml_policy_equals_the_same_policy_built_in_code() {
         .route(
             RouteRule::new("POST", "/api/export")
                 .with_cost(5)
-                .on_store_failure(FailurePolicy::Local)
+                .on_store_failure(FailurePolicy::Closed)
                 .with_limit(Limit::new(
                     "exports",
                     Algorithm::LeakyBucket {

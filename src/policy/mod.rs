@@ -19,6 +19,7 @@ mod config;
 mod limit;
 mod route;
 mod settings;
+pub mod shares;
 mod tier;
 
 pub use builder::PolicyBuilder;
@@ -28,7 +29,7 @@ pub use route::{RouteRule, path_matches};
 pub use settings::{
     AnonymousMode, BreakerSettings, DashboardSettings, FailurePolicy, IdentitySettings, IpNet,
     KeyDisplay, ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings,
-    ip_in as settings_ip_in,
+    canonical_net as settings_canonical_net, ip_in as settings_ip_in,
 };
 pub use tier::Tier;
 

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The store key of `limit` for the API key `identity` in tier `free`,
-/// under prefix `rw`, as the limiter builds it.
+/// A store key of the limiter's shape for `limit` of the API key
+/// `identity` in tier `free`, under prefix `rw`. Stores treat keys as
+/// opaque; the algorithm code the limiter appends is `test` here.
 pub fn identity_key(identity: &str, limit: &str) -> String {
     use ratewatch::store::keys;
     keys::identity_key(
@@ -18,6 +19,7 @@ pub fn identity_key(identity: &str, limit: &str) -> String {
         &keys::hash_identity("key", identity),
         None,
         limit,
+        "test",
     )
 }
 
