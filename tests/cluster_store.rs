@@ -88,7 +88,7 @@ fn mixed(identity: &str, identity_cap: u64, ip_cap: u64) -> Vec<Item> {
                 "rw",
                 &keys::hash_route(Some("POST"), "/api/export")[..keys::ROUTE_TAG_HEX],
                 "route",
-                "gcra",
+                "gc",
             ),
             Algorithm::Gcra {
                 rate_per_second: 0.001,

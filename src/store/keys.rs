@@ -9,7 +9,7 @@
 //!         a route rule adds
 //! <route> 8 hex digits of the hash of the rule's method and pattern
 //!         (`POST /api/export`), `*` outside every rule
-//! <alg>   the state shape: tb, sw, sl, fw, gcra, lb
+//! <alg>   the state shape: tb, sw, sl, fw, gc (GCRA), lb
 //! ```
 //!
 //! The `{...}` hash tag holds what the counter counts, so every limit of one
@@ -76,7 +76,7 @@ pub fn algorithm_code(algorithm: &Algorithm) -> &'static str {
         Algorithm::SlidingWindow { .. } => "sw",
         Algorithm::SlidingLog { .. } => "sl",
         Algorithm::FixedWindow { .. } => "fw",
-        Algorithm::Gcra { .. } => "gcra",
+        Algorithm::Gcra { .. } => "gc",
         Algorithm::LeakyBucket { .. } => "lb",
     }
 }

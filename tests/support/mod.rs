@@ -23,6 +23,25 @@ pub fn identity_key(identity: &str, limit: &str) -> String {
     )
 }
 
+/// The key the limiter gives `limit` of the API key `identity` in tier
+/// `free` under prefix `rw`, algorithm code included: what a real
+/// deployment stores, byte for byte.
+pub fn limiter_key(
+    identity: &str,
+    limit: &str,
+    algorithm: &ratewatch::algorithm::Algorithm,
+) -> String {
+    use ratewatch::store::keys;
+    keys::identity_key(
+        "rw",
+        "free",
+        &keys::hash_identity("key", identity),
+        None,
+        limit,
+        keys::algorithm_code(algorithm),
+    )
+}
+
 /// Decides `items` at `cost` on `store`, panicking on a store error.
 pub async fn consume(
     store: &dyn ratewatch::store::Store,
