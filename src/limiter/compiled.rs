@@ -200,3 +200,67 @@ impl Compiled {
         (items, limits)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::IdentityKind;
+    use crate::policy::{Limit, Tier};
+
+    fn policy() -> Policy {
+        let per_ip = |cap| Limit::token_bucket("per_ip", cap, 1.0).with_scope(Scope::Ip);
+        Policy::builder()
+            .tier(
+                Tier::new("free")
+                    .match_prefix("free_")
+                    .limit(Limit::token_bucket("burst", 10, 1.0))
+                    .limit(per_ip(5)),
+            )
+            .tier(
+                Tier::new("pro")
+                    .match_prefix("pro_")
+                    .limit(Limit::token_bucket("burst", 10, 1.0))
+                    .limit(per_ip(50)),
+            )
+            .tier(Tier::new("anonymous").limit(per_ip(5)))
+            .route(
+                RouteRule::new("POST", "/api/data").with_limit(Limit::fixed_window(
+                    "writes",
+                    2,
+                    std::time::Duration::from_secs(60),
+                )),
+            )
+            .route(
+                RouteRule::new("GET", "/api/data")
+                    .with_limit(Limit::token_bucket("writes", 100, 1.0))
+                    .with_limit(Limit::token_bucket("all", 100, 1.0).with_scope(Scope::Route)),
+            )
+            .build()
+            .unwrap()
+    }
+
+    fn keys_of(c: &Compiled, tier: &str, route: Option<usize>, id: &Identity) -> Vec<String> {
+        let (items, _) = c.items(&c.tiers[tier], route, id, false);
+        items.into_iter().map(|i| i.key).collect()
+    }
+
+    #[test]
+    fn keys_carry_what_makes_a_counter_unique_and_nothing_else() {
+        let c = Compiled::new(&policy());
+        let ip = Some("203.0.113.9".parse().unwrap());
+        let free = Identity::new(IdentityKind::ApiKey, "free_a").with_ip(ip);
+        let pro = Identity::new(IdentityKind::Bearer, "pro_b").with_ip(ip);
+        let post = keys_of(&c, "free", Some(0), &free);
+        let get = keys_of(&c, "free", Some(1), &free);
+        // Two rules on one path: their limits never share a key.
+        assert_ne!(post[2], get[2]);
+        assert!(post[2].ends_with(":fw") && get[2].ends_with(":tb"));
+        // The IP counter is one whatever tier the key claims.
+        assert_eq!(post[1], keys_of(&c, "pro", Some(0), &pro)[1]);
+        assert!(!post[1].contains("free"));
+        // The route ceiling is one for every tier.
+        let pro_get = keys_of(&c, "pro", Some(1), &pro);
+        assert_eq!(get[3], pro_get[3]);
+        assert!(get[3].starts_with("rw:{rt:"));
+    }
+}
