@@ -231,6 +231,34 @@ async fn a_layer_inside_a_nested_router_applies_the_full_path_rule() {
 }
 
 #[tokio::test]
+async fn a_percent_encoded_path_pays_the_rule_of_the_path_the_handler_sees() {
+    let limiter = nested_limiter().await;
+    // axum decodes `{action}` for the handler: `%65xport` is `export` there.
+    let api = Router::new()
+        .route(
+            "/api/{action}",
+            post(|axum::extract::Path(action): axum::extract::Path<String>| async move { action }),
+        )
+        .layer(limiter.layer());
+    let app = Router::new().nest("/v1", api);
+    let mut admitted = 0;
+    for path in ["/v1/api/%65xport", "/v1/api/%65%78port", "/v1/api/expor%74"] {
+        for _ in 0..2 {
+            let req = Request::post(path)
+                .header("x-api-key", "encoder")
+                .body(Body::empty())
+                .unwrap();
+            let res = app.clone().oneshot(req).await.unwrap();
+            admitted += usize::from(res.status() == 200);
+        }
+    }
+    assert_eq!(
+        admitted, 2,
+        "cost 10 against a burst of 20, however it is spelt"
+    );
+}
+
+#[tokio::test]
 async fn rules_that_could_never_match_are_refused_with_file_line_and_field() {
     let cases = [
         (
