@@ -61,8 +61,10 @@ fn main() -> ExitCode {
     }
 }
 
+/// Validates `file` exactly as `serve` would load it (environment overrides
+/// included), so a policy it accepts is one `serve` starts with.
 fn check_config(file: &std::path::Path) -> ExitCode {
-    match Policy::from_toml_file(file) {
+    match load_policy(Some(file)) {
         Ok(p) => {
             println!(
                 "{}: ok ({} tiers, {} routes)",

@@ -14,6 +14,16 @@ use super::options::Options;
 use super::response::Refusal;
 use crate::Limiter;
 
+/// The path route rules are matched against: the one the client sent, as
+/// the outermost axum router saw it (`OriginalUri`), not the remainder a
+/// layer inside `Router::nest("/v1", ...)` is shown, so `/v1/...` rules
+/// apply there too. Outside axum, the request's own path.
+fn routed_path<B>(req: &Request<B>) -> &str {
+    req.extensions()
+        .get::<axum::extract::OriginalUri>()
+        .map_or_else(|| req.uri().path(), |o| o.0.path())
+}
+
 /// Wraps a service: identifies the caller, decides, and either answers
 /// (429 / 503 / 400 / 401) or passes the request on with headers added.
 #[derive(Debug, Clone)]
@@ -61,7 +71,7 @@ where
         let limiter = self.limiter.clone();
         let options = self.options.clone();
         ResponseFuture::new(Box::pin(async move {
-            let route = limiter.route_for(req.method().as_str(), req.uri().path());
+            let route = limiter.route_for(req.method().as_str(), routed_path(&req));
             if limiter.is_exempt(route) {
                 return inner.call(req).await;
             }

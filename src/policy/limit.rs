@@ -25,7 +25,7 @@
 use crate::algorithm::Algorithm;
 
 /// What a limit's counter is keyed by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Scope {
     /// The caller's identity (API key, token, or IP for anonymous callers).
     #[default]

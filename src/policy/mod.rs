@@ -20,6 +20,7 @@ mod env;
 mod limit;
 mod route;
 mod settings;
+pub mod shares;
 mod tier;
 
 pub use builder::PolicyBuilder;
@@ -30,7 +31,7 @@ pub use route::{RouteRule, path_matches};
 pub use settings::{
     AnonymousMode, BreakerSettings, DashboardSettings, FailurePolicy, IdentitySettings, IpNet,
     KeyDisplay, ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings,
-    ip_in as settings_ip_in,
+    canonical_net as settings_canonical_net, ip_in as settings_ip_in,
 };
 pub use tier::Tier;
 
