@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# ratewatch's side-by-side benchmark: HTTP with wrk against bare axum, a
+# header floor, tower_governor, ratewatch (memory, Redis, Redis Cluster) and
+# a naive Redis limiter; Limiter::check against governor; the redis-benchmark
+# ceiling of the decide script; telemetry on/off; Redis bytes per identity.
+# One run, rounds interleaved; writes BENCHMARKS.md (ratios first).
+#
+#   bench/run.sh                       # default: 2 rounds of 5 s (a few minutes)
+#   bench/run.sh --rounds 3 --secs 10  # longer, steadier
+#   bench/run.sh --out /tmp/b.md       # elsewhere
+#
+# Servers bind 127.0.0.1 only and are stopped when the run ends; the whole
+# run is bounded by BENCH_TIMEOUT seconds (default 1200).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v wrk >/dev/null || need+=(wrk)
+command -v redis-benchmark >/dev/null || need+=(redis-tools)
+command -v redis-server >/dev/null || need+=(redis-server)
+if ((${#need[@]})); then
+  echo "bench: installing ${need[*]}" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
+fi
+
+cargo bench --bench suite --no-run
+exec timeout --kill-after=10 "${BENCH_TIMEOUT:-1200}" \
+  cargo bench --bench suite -- run "$@"

@@ -1,0 +1,253 @@
+//! ratewatch's benchmark: one run, rounds interleaved, written to
+//! `BENCHMARKS.md` as ratios (absolute figures vary between machines;
+//! ratios hold).
+//!
+//! ```text
+//! bench/run.sh                      # installs wrk / redis-tools if missing, builds, runs
+//! cargo bench --bench suite -- run [--rounds 2] [--secs 5] [--out BENCHMARKS.md]
+//! ```
+//!
+//! - HTTP end to end with `wrk` on loopback, the same handler each time.
+//! - In process: `Limiter::check` against governor keyed.
+//! - The Redis ceiling: `redis-benchmark` EVALSHA of ratewatch's own decide
+//!   call (captured with `MONITOR`, byte for byte) and of a minimal
+//!   token-bucket script, at the concurrency of the HTTP run.
+//! - Telemetry on against off; Redis bytes per identity per algorithm.
+#![allow(clippy::print_stdout)]
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+mod inproc;
+mod load;
+mod memory;
+mod report;
+mod serve;
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use load::{CeilingRun, HttpRun, Server};
+use serve::Variant;
+
+/// What a run is asked to do.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub rounds: usize,
+    pub secs: u64,
+    pub inproc_secs: f64,
+    pub connections: u32,
+    pub wrk_threads: u32,
+    pub out: String,
+}
+
+/// Everything one run measured.
+#[derive(Debug, Default)]
+pub struct Results {
+    pub http: HashMap<&'static str, Vec<HttpRun>>,
+    /// Redis CPU per ratewatch decision under HTTP load, per round.
+    pub http_usec: HashMap<&'static str, Vec<f64>>,
+    pub ceiling_rw: Vec<CeilingRun>,
+    pub ceiling_min: Vec<CeilingRun>,
+    pub inproc: HashMap<(inproc::Who, bool, usize), Vec<f64>>,
+    pub memory: Vec<memory::Footprint>,
+    pub evalsha: Vec<String>,
+    pub load_before: String,
+    pub load_after: String,
+    pub elapsed_s: f64,
+}
+
+const MINIMAL_LUA: &str = include_str!("minimal_token_bucket.lua");
+
+fn main() {
+    // `cargo bench` appends `--bench`.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    match args.first().map(String::as_str) {
+        Some("serve") => {
+            let variant = Variant::from_name(&args[1]).expect("a known variant");
+            let port = args[2].parse().expect("a port");
+            serve::serve(variant, port, &args[3..]);
+        }
+        Some("run") | None => run(parse(&args)),
+        Some(other) => {
+            eprintln!(
+                "usage: bench run [--rounds N] [--secs S] [--out FILE] | bench serve VARIANT PORT [URL...]\nunknown: {other}"
+            );
+            std::process::exit(2);
+        }
+    }
+}
+
+fn parse(args: &[String]) -> Options {
+    let mut o = Options {
+        rounds: 2,
+        secs: 5,
+        inproc_secs: 1.0,
+        connections: 32,
+        wrk_threads: 2,
+        out: "BENCHMARKS.md".into(),
+    };
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        let mut v = || it.next().expect("a value").clone();
+        match a.as_str() {
+            "--rounds" => o.rounds = v().parse().expect("rounds"),
+            "--secs" => o.secs = v().parse().expect("seconds"),
+            "--inproc-secs" => o.inproc_secs = v().parse().expect("seconds"),
+            "--connections" => o.connections = v().parse().expect("connections"),
+            "--out" => o.out = v(),
+            other => panic!("unknown option {other}"),
+        }
+    }
+    o
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn run(o: Options) {
+    let started = Instant::now();
+    let mut r = Results {
+        load_before: loadavg(),
+        ..Default::default()
+    };
+    eprintln!("bench: starting Redis and a 3-master Redis Cluster");
+    let redis = support::RedisServer::start();
+    let cluster = support::RedisCluster::start();
+    let redis_urls = vec![redis.url()];
+    let cluster_urls = cluster.urls();
+
+    // What ratewatch really sends for one decision, and the minimal script.
+    r.evalsha = {
+        let server = Server::start(Variant::Redis1, &redis_urls);
+        load::capture_evalsha(redis.port, || {
+            server.get("/api/data");
+        })
+    };
+    let minimal_sha = redis
+        .cli(&["SCRIPT", "LOAD", MINIMAL_LUA])
+        .trim()
+        .to_owned();
+    let minimal: Vec<String> = [
+        "EVALSHA",
+        &minimal_sha,
+        "1",
+        "bench:minimal:{free_bench_key_0001}",
+        "1000000000",
+        "1000000000",
+        "1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+
+    for round in 0..o.rounds {
+        // Rotate the order so no variant always runs first or last.
+        let mut order: Vec<Variant> = Variant::ALL.to_vec();
+        let n = order.len();
+        order.rotate_left(round * 3 % n);
+        for v in order {
+            let urls = if v.needs_cluster() {
+                &cluster_urls
+            } else {
+                &redis_urls
+            };
+            let server = Server::start(v, urls);
+            load::wrk(server.port, 1, o.connections, o.wrk_threads);
+            if v.needs_redis() {
+                redis.cli(&["CONFIG", "RESETSTAT"]);
+            }
+            let mut run = load::wrk(server.port, o.secs, o.connections, o.wrk_threads);
+            if v.needs_redis() && v.is_ratewatch() {
+                r.http_usec
+                    .entry(v.name())
+                    .or_default()
+                    .push(load::evalsha_usec(redis.port));
+            }
+            if v.is_ratewatch() {
+                run.fallbacks = load::fallbacks(&server.get("/metrics"));
+            }
+            eprintln!(
+                "bench: round {} {:<26} {:>9.0} req/s p50 {:.3} ms p99 {:.3} ms{}",
+                round + 1,
+                v.name(),
+                run.rps,
+                run.p50_ms,
+                run.p99_ms,
+                if run.errors + run.fallbacks > 0 {
+                    format!(" ({} errors, {} fallbacks)", run.errors, run.fallbacks)
+                } else {
+                    String::new()
+                }
+            );
+            r.http.entry(v.name()).or_default().push(run);
+        }
+        let ceilings = [(&r.evalsha, true), (&minimal, false)];
+        let ceilings = if round % 2 == 0 {
+            ceilings
+        } else {
+            [ceilings[1], ceilings[0]]
+        };
+        for (args, own) in ceilings {
+            let c = load::redis_benchmark(redis.port, o.connections, o.secs as f64, args);
+            eprintln!(
+                "bench: round {} redis-benchmark {} {:>9.0} calls/s {:.2} µs/call",
+                round + 1,
+                if own {
+                    "ratewatch decide"
+                } else {
+                    "minimal script  "
+                },
+                c.rps,
+                c.usec_per_call
+            );
+            if own {
+                r.ceiling_rw.push(c)
+            } else {
+                r.ceiling_min.push(c)
+            }
+        }
+    }
+
+    eprintln!(
+        "bench: in process (hashing {} identities)",
+        inproc::DISTINCT
+    );
+    let contenders = inproc::Contenders::new();
+    for round in 0..o.rounds.max(2) {
+        for who in inproc::Who::ALL {
+            for distinct in [false, true] {
+                for threads in [1, 2] {
+                    let ops = contenders.measure(who, distinct, threads, o.inproc_secs);
+                    eprintln!(
+                        "bench: round {} {:<45} {} threads {} {:>10.0}/s",
+                        round + 1,
+                        who.name(),
+                        threads,
+                        if distinct { "1M keys" } else { "hot key" },
+                        ops
+                    );
+                    r.inproc
+                        .entry((who, distinct, threads))
+                        .or_default()
+                        .push(ops);
+                }
+            }
+        }
+    }
+    drop(contenders);
+
+    eprintln!("bench: Redis bytes per identity");
+    r.memory = memory::measure(&redis);
+    r.load_after = loadavg();
+    r.elapsed_s = started.elapsed().as_secs_f64();
+    let text = report::render(&o, &r);
+    std::fs::write(&o.out, text).expect("write the report");
+    eprintln!("bench: wrote {} in {:.0} s", o.out, r.elapsed_s);
+}

@@ -1,0 +1,357 @@
+//! `BENCHMARKS.md`: the ratios first, absolute figures beside them, the
+//! goals met or missed, and the hand-written analysis of `bench/notes.md`.
+
+use std::fmt::Write;
+
+use crate::inproc::Who;
+use crate::load::HttpRun;
+use crate::serve::Variant;
+use crate::{Options, Results};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn runs(r: &Results, v: Variant) -> &[HttpRun] {
+    r.http.get(v.name()).map_or(&[], Vec::as_slice)
+}
+
+fn rps(r: &Results, v: Variant) -> f64 {
+    median(runs(r, v).iter().map(|x| x.rps).collect())
+}
+
+/// The ratio of medians and, beside it, the range of per-round ratios.
+struct Ratio {
+    value: f64,
+    lo: f64,
+    hi: f64,
+}
+
+impl Ratio {
+    fn of(a: &[f64], b: &[f64]) -> Self {
+        let per: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+        Self {
+            value: median(a.to_vec()) / median(b.to_vec()),
+            lo: per.iter().copied().fold(f64::INFINITY, f64::min),
+            hi: per.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+
+    fn show(&self) -> String {
+        if self.lo.is_finite() && (self.hi - self.lo) > 0.0005 {
+            format!("{:.3} ({:.3}–{:.3})", self.value, self.lo, self.hi)
+        } else {
+            format!("{:.3}", self.value)
+        }
+    }
+}
+
+fn http_rps(r: &Results, v: Variant) -> Vec<f64> {
+    runs(r, v).iter().map(|x| x.rps).collect()
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "met" } else { "**missed**" }
+}
+
+pub fn render(o: &Options, r: &Results) -> String {
+    let mut s = String::new();
+    let w = &mut s;
+    let _ = writeln!(w, "# ratewatch benchmarks\n");
+    let _ = writeln!(
+        w,
+        "Written by `bench/run.sh` (`cargo bench --bench suite -- run --rounds {} --secs {}`): \
+         one run on one machine, rounds interleaved, ratios first (absolute figures vary between \
+         machines; ratios hold). Each figure is the median over rounds; a range in brackets is the \
+         spread of the per-round ratios.\n",
+        o.rounds, o.secs
+    );
+    let _ = writeln!(
+        w,
+        "Machine: {} cores, `{}`; load average {} at the start, {} at the end; run took {:.0} s.\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        uname(),
+        r.load_before,
+        r.load_after,
+        r.elapsed_s
+    );
+
+    // --- Goals -----------------------------------------------------------
+    let floor = http_rps(r, Variant::HeaderFloor);
+    let mem1 = http_rps(r, Variant::Memory1);
+    let gov = http_rps(r, Variant::Governor);
+    let redis1 = http_rps(r, Variant::Redis1);
+    let redis3 = http_rps(r, Variant::Redis3);
+    let naive = http_rps(r, Variant::Naive3);
+    let notel = http_rps(r, Variant::Memory1NoTelemetry);
+    let rw_ceiling: Vec<f64> = r.ceiling_rw.iter().map(|c| c.rps).collect();
+    let min_ceiling: Vec<f64> = r.ceiling_min.iter().map(|c| c.rps).collect();
+    let inproc_on: Vec<f64> = r
+        .inproc
+        .get(&(Who::Ratewatch, false, 1))
+        .cloned()
+        .unwrap_or_default();
+    let inproc_off: Vec<f64> = r
+        .inproc
+        .get(&(Who::RatewatchNoTelemetry, false, 1))
+        .cloned()
+        .unwrap_or_default();
+
+    let _ = writeln!(w, "## Goals\n");
+    let _ = writeln!(w, "| goal | measured | verdict |\n|---|---|---|");
+    let mut goal = |name: &str, ratio: Ratio, ok: bool| {
+        let _ = writeln!(w, "| {name} | {} | {} |", ratio.show(), verdict(ok));
+    };
+    let g = Ratio::of(&mem1, &floor);
+    let ok = g.value >= 0.95;
+    goal("memory layer (1 limit) ≥ 0.95 of the header floor", g, ok);
+    let g = Ratio::of(&mem1, &gov);
+    let ok = g.value >= 1.0;
+    goal("memory layer (1 limit) ≥ 1.0 of tower_governor", g, ok);
+    let g = Ratio::of(&redis1, &rw_ceiling);
+    let ok = g.value >= 0.8;
+    goal(
+        "Redis path ≥ 0.8 of the EVALSHA ceiling of its own script",
+        g,
+        ok,
+    );
+    let g = Ratio::of(&rw_ceiling, &min_ceiling);
+    let ok = g.value >= 0.9;
+    goal(
+        "ratewatch's script ≥ 0.9 of a minimal token-bucket script",
+        g,
+        ok,
+    );
+    let g = Ratio::of(&redis3, &naive);
+    let ok = g.value >= 2.5;
+    goal(
+        "Redis, 3 limits ≥ 2.5× a naive limiter (3 round trips)",
+        g,
+        ok,
+    );
+    let g = Ratio::of(&mem1, &notel);
+    let ok = g.value >= 0.98;
+    goal("telemetry on ≥ 0.98 of off (HTTP, memory, 1 limit)", g, ok);
+    let g = Ratio::of(&inproc_on, &inproc_off);
+    let ok = g.value >= 0.98;
+    goal(
+        "telemetry on ≥ 0.98 of off (`Limiter::check`, 1 thread, hot key)",
+        g,
+        ok,
+    );
+    for f in &r.memory {
+        if let Some(limit) = f.goal {
+            let _ = writeln!(
+                w,
+                "| Redis bytes per identity, {} ≤ {limit:.0} | {:.0} (MEMORY USAGE) | {} |",
+                f.algorithm,
+                f.memory_usage,
+                verdict(f.memory_usage <= limit)
+            );
+        }
+    }
+
+    // --- HTTP ------------------------------------------------------------
+    let bare = rps(r, Variant::Bare);
+    let floor_m = rps(r, Variant::HeaderFloor);
+    let gov_m = rps(r, Variant::Governor);
+    let _ = writeln!(
+        w,
+        "\n## HTTP end to end\n\n`wrk -t{} -c{} -d{}s --latency` on loopback, `GET /api/data` carrying \
+         `x-api-key`, the same axum handler returning the same JSON each time; each server is its \
+         own process (tokio multi-thread, default workers), started fresh for each round and warmed \
+         for 1 s. Limits never block: the figures are the cost of deciding.\n",
+        o.wrk_threads, o.connections, o.secs
+    );
+    let _ = writeln!(
+        w,
+        "| server | of bare | of header floor | of tower_governor | req/s | p50 ms | p99 ms | errors / fallbacks |\n|---|---|---|---|---|---|---|---|"
+    );
+    for v in Variant::ALL {
+        let rs = runs(r, v);
+        if rs.is_empty() {
+            continue;
+        }
+        let m = rps(r, v);
+        let p50 = median(rs.iter().map(|x| x.p50_ms).collect());
+        let p99 = median(rs.iter().map(|x| x.p99_ms).collect());
+        let errs: u64 = rs.iter().map(|x| x.errors).sum();
+        let fb: u64 = rs.iter().map(|x| x.fallbacks).sum();
+        let _ = writeln!(
+            w,
+            "| {} | {:.3} | {:.3} | {:.3} | {:.0} | {:.3} | {:.3} | {} / {} |",
+            v.describe(),
+            m / bare,
+            m / floor_m,
+            m / gov_m,
+            m,
+            p50,
+            p99,
+            errs,
+            fb
+        );
+    }
+
+    // --- Ceiling ---------------------------------------------------------
+    let rw_c = median(rw_ceiling.clone());
+    let min_c = median(min_ceiling.clone());
+    let usec = |v: &[crate::load::CeilingRun]| median(v.iter().map(|c| c.usec_per_call).collect());
+    let _ = writeln!(
+        w,
+        "\n## The Redis ceiling\n\n`redis-benchmark -c {}` EVALSHA on the same `redis-server`, \
+         the same concurrency as the HTTP run. ratewatch's own call is the one it sent, captured \
+         with `MONITOR`: `{}`. The minimal script is `benches/suite/minimal_token_bucket.lua` \
+         (one hash, HMGET / HSET / PEXPIRE). Redis CPU per call is `usec_per_call` of \
+         `INFO commandstats`.\n",
+        o.connections,
+        r.evalsha
+            .iter()
+            .map(|a| if a.is_empty() {
+                "''".to_owned()
+            } else {
+                a.clone()
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let _ = writeln!(
+        w,
+        "| what | calls/s | Redis µs per call | ratewatch Redis decisions/s (HTTP, 1 limit) as a fraction |\n|---|---|---|---|"
+    );
+    let redis1_m = rps(r, Variant::Redis1);
+    let _ = writeln!(
+        w,
+        "| ratewatch decide script, 1 token bucket | {rw_c:.0} | {:.2} | {:.3} |",
+        usec(&r.ceiling_rw),
+        redis1_m / rw_c
+    );
+    let _ = writeln!(
+        w,
+        "| minimal token-bucket script | {min_c:.0} | {:.2} | {:.3} |",
+        usec(&r.ceiling_min),
+        redis1_m / min_c
+    );
+    for v in [Variant::Redis1, Variant::Redis3] {
+        if let Some(u) = r.http_usec.get(v.name()) {
+            let _ = writeln!(
+                w,
+                "| {} under HTTP load (Redis µs per decision) | — | {:.2} | — |",
+                v.describe(),
+                median(u.clone())
+            );
+        }
+    }
+
+    // --- In process ------------------------------------------------------
+    let _ = writeln!(
+        w,
+        "\n## In process\n\nDecisions per second, {} s per cell, every contender starting empty; \
+         a million distinct keys are walked in order (most decisions create their key). \
+         ratewatch: memory store, one token bucket, identities built beforehand.\n",
+        o.inproc_secs
+    );
+    let _ = writeln!(
+        w,
+        "| contender | keys | threads | of governor | decisions/s |\n|---|---|---|---|---|"
+    );
+    for distinct in [false, true] {
+        for threads in [1, 2] {
+            let gov = r
+                .inproc
+                .get(&(Who::Governor, distinct, threads))
+                .cloned()
+                .unwrap_or_default();
+            for who in Who::ALL {
+                let v = r
+                    .inproc
+                    .get(&(who, distinct, threads))
+                    .cloned()
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    w,
+                    "| {} | {} | {threads} | {} | {:.0} |",
+                    who.name(),
+                    if distinct { "1M distinct" } else { "1 hot" },
+                    Ratio::of(&v, &gov).show(),
+                    median(v.clone())
+                );
+            }
+        }
+    }
+
+    // --- Telemetry -------------------------------------------------------
+    let _ = writeln!(
+        w,
+        "\n## Telemetry on against off\n\n\"Off\" is `Telemetry::disabled()`: Prometheus counters \
+         only, no fleet view (the dashboard's aggregate). \"On\" is the default.\n"
+    );
+    let _ = writeln!(w, "| where | on / off |\n|---|---|");
+    let _ = writeln!(
+        w,
+        "| HTTP, memory, 1 limit | {} |",
+        Ratio::of(&mem1, &notel).show()
+    );
+    for (distinct, threads) in [(false, 1), (false, 2), (true, 1), (true, 2)] {
+        let on = r
+            .inproc
+            .get(&(Who::Ratewatch, distinct, threads))
+            .cloned()
+            .unwrap_or_default();
+        let off = r
+            .inproc
+            .get(&(Who::RatewatchNoTelemetry, distinct, threads))
+            .cloned()
+            .unwrap_or_default();
+        let _ = writeln!(
+            w,
+            "| `Limiter::check`, {}, {threads} thread(s) | {} |",
+            if distinct { "1M keys" } else { "hot key" },
+            Ratio::of(&on, &off).show()
+        );
+    }
+
+    // --- Memory ----------------------------------------------------------
+    let _ = writeln!(
+        w,
+        "\n## Redis bytes per identity\n\nA thousand identities make one request each through a \
+         limiter with one limit (key `rw:{{free:<24 hex>}}:l:<alg>`). `MEMORY USAGE` is the mean \
+         over their keys (what `tests/redis_store.rs` checks); `used_memory` growth also counts \
+         Redis's keyspace and expiry tables.\n"
+    );
+    let _ = writeln!(
+        w,
+        "| algorithm | MEMORY USAGE bytes | used_memory growth bytes | goal |\n|---|---|---|---|"
+    );
+    for f in &r.memory {
+        let _ = writeln!(
+            w,
+            "| {} | {:.0} | {:.0} | {} |",
+            f.algorithm,
+            f.memory_usage,
+            f.used_memory,
+            f.goal.map_or("—".to_owned(), |g| format!("≤ {g:.0}"))
+        );
+    }
+
+    if let Ok(notes) = std::fs::read_to_string("bench/notes.md") {
+        let _ = writeln!(w, "\n{notes}");
+    }
+    s
+}
+
+fn uname() -> String {
+    std::process::Command::new("uname")
+        .arg("-srm")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
