@@ -7,6 +7,16 @@
 
 local ALG = {}
 
+-- The algorithms this call names. Redis runs the whole script on every
+-- call, and defining all six algorithms' functions cost more Redis CPU than
+-- deciding a token bucket, so each algorithm file defines its functions only
+-- when the call's arguments name it (no parameter, key or member is ever an
+-- algorithm name, so over-matching cannot happen).
+local NEED = {}
+for i = 1, #ARGV do
+  NEED[ARGV[i]] = true
+end
+
 -- A number as a string that parses back to the same double.
 local function fmt(x)
   return string.format('%.17g', x)

@@ -10,6 +10,7 @@
 --           retry_us, delay_us (always 0), ttl_us = until the window ends
 -- refund    decrements count by `cost` if the window is still the same
 
+if NEED.fixed_window then -- defined only for calls that name it (common.lua)
 ALG.fixed_window = { type = 'hash' }
 
 function ALG.fixed_window.decide(key, limit, window, _, now, cost)
@@ -42,3 +43,4 @@ function ALG.fixed_window.refund(key, _, _, _, cost, start)
     redis.call('HSET', key, 'count', fmt(sat_sub(tonumber(stored[2]), cost)))
   end
 end
+end -- if NEED.fixed_window

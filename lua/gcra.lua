@@ -12,6 +12,7 @@
 --           retry_us, delay_us, ttl_us = TAT - now
 -- refund    moves the TAT back by cost × interval; keeps the expiry
 
+if NEED.gcra or NEED.leaky_bucket then -- leaky_bucket reuses it; see common.lua
 ALG.gcra = { type = 'string' }
 
 function ALG.gcra.decide(key, interval, burst, max_delay, now, cost)
@@ -54,3 +55,4 @@ function ALG.gcra.refund(key, interval, _, _, cost, _)
     redis.call('SET', key, fmt(tat - cost * interval), 'KEEPTTL')
   end
 end
+end -- if NEED.gcra or NEED.leaky_bucket

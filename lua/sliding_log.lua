@@ -16,6 +16,7 @@
 --           returns them, so a refund can remove exactly those
 -- refund    ZREM of the members the decision added
 
+if NEED.sliding_log then -- defined only for calls that name it (common.lua)
 ALG.sliding_log = { type = 'zset' }
 
 -- The score of the `index`-th (0-based) entry still in the window.
@@ -81,3 +82,4 @@ function ALG.sliding_log.refund(key, _, _, _, _, _, members)
     redis.call('ZREM', key, unpack(members))
   end
 end
+end -- if NEED.sliding_log

@@ -11,6 +11,7 @@
 --           retry_us, delay_us (always 0), ttl_us = until the next window ends
 -- refund    decrements count by `cost` if the window is still the same
 
+if NEED.sliding_window then -- defined only for calls that name it (common.lua)
 ALG.sliding_window = { type = 'hash' }
 
 local function sw_estimate(prev, curr, window, elapsed)
@@ -110,3 +111,4 @@ function ALG.sliding_window.refund(key, _, _, _, cost, start)
     redis.call('HSET', key, 'count', fmt(sat_sub(tonumber(stored[2]), cost)))
   end
 end
+end -- if NEED.sliding_window

@@ -10,6 +10,7 @@
 --           retry_us, delay_us (always 0), ttl_us = time to refill to full
 -- refund    adds `cost` tokens back, capped at capacity; keeps the expiry
 
+if NEED.token_bucket then -- defined only for calls that name it (common.lua)
 ALG.token_bucket = { type = 'hash' }
 
 -- Tokens held at `now` by a bucket that held `tokens` at `last`. A clock
@@ -76,3 +77,4 @@ function ALG.token_bucket.refund(key, capacity, _, _, cost, _)
     redis.call('HSET', key, 'tokens', fmt(math.min(capacity, tokens + cost)))
   end
 end
+end -- if NEED.token_bucket
