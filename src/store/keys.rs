@@ -61,9 +61,12 @@ fn hex_hash(parts: &[&[u8]], len: usize) -> String {
         h.update(p);
     }
     let digest = h.finalize();
-    let mut out = String::with_capacity(len);
+    // By table, not `format!` per byte: this runs once per request.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(len + 1);
     for b in &digest[..len.div_ceil(2)] {
-        out.push_str(&format!("{b:02x}"));
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 0xf)] as char);
     }
     out.truncate(len);
     out
@@ -178,6 +181,13 @@ mod tests {
         assert_ne!(a, b);
         let k = identity_key("rw", "free", &a, None, "burst", "tb");
         assert_eq!(hash_tag(&k), format!("free:{a}"));
+    }
+
+    #[test]
+    fn identity_hashes_are_the_lowercase_hex_sha256_prefix_existing_keys_use() {
+        // sha256(b"key\0free_k"), first 24 hex digits: keys written by
+        // earlier versions keep their name.
+        assert_eq!(hash_identity("key", "free_k"), "fd56fce8f54dd12e9c5b25af");
     }
 
     #[test]
