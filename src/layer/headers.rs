@@ -8,6 +8,8 @@
 //! - `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`
 //!   (UTC epoch seconds, as GitHub sends it) for the same limit.
 
+use std::cell::RefCell;
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -96,8 +98,10 @@ pub fn insert(h: &mut HeaderMap, d: &Decision) {
 /// Adds the rate-limit headers of `d` in `families` to `h` (`Retry-After`
 /// is not one of them: refusals add it).
 pub fn insert_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies) {
+    // One scratch buffer for every value: this runs on every response.
+    let mut buf = String::with_capacity(64);
     if families.ietf {
-        insert_policy(h, d);
+        insert_policy(h, d, &mut buf);
     }
     if !(families.ietf || families.x_ratelimit) {
         return;
@@ -109,46 +113,87 @@ pub fn insert_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies
     let until = until_return(d);
     if families.ietf {
         let t = ceil_secs(until);
-        put(
-            h,
-            RATELIMIT,
-            format!("{};r={remaining};t={t}", sf_string(&top.name)),
-        );
+        buf.clear();
+        push_sf_string(&mut buf, &top.name);
+        let _ = write!(buf, ";r={remaining};t={t}");
+        put(h, RATELIMIT, &buf);
     }
     if families.x_ratelimit {
         // The epoch second at or after which quota is back: rounded up, so
         // a client waiting until then is never early.
         let reset = (d.decided_at + until.as_micros() as u64).div_ceil(MICROS_PER_SEC);
-        put(h, X_RATELIMIT_LIMIT, top.quota.to_string());
-        put(h, X_RATELIMIT_REMAINING, remaining.to_string());
-        put(h, X_RATELIMIT_RESET, reset.to_string());
+        h.insert(
+            X_RATELIMIT_LIMIT,
+            cached(&QUOTA, top.quota, |b| {
+                let _ = write!(b, "{}", top.quota);
+            }),
+        );
+        h.insert(X_RATELIMIT_REMAINING, HeaderValue::from(remaining));
+        h.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
     }
 }
 
-fn put(h: &mut HeaderMap, name: HeaderName, value: String) {
-    if let Ok(v) = HeaderValue::from_str(&value) {
+fn put(h: &mut HeaderMap, name: HeaderName, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
         h.insert(name, v);
     }
 }
 
-fn insert_policy(h: &mut HeaderMap, d: &Decision) {
-    let policy: Vec<String> = d
-        .limits
-        .iter()
-        .filter(|l| !l.shadow)
-        .map(|l| format!("{};q={};w={}", sf_string(&l.name), l.quota, l.window_secs))
-        .collect();
-    if !policy.is_empty() {
-        if let Ok(v) = HeaderValue::from_str(&policy.join(", ")) {
-            h.insert(RATELIMIT_POLICY, v);
+thread_local! {
+    /// The last `RateLimit-Policy` value this thread built, by its text: a
+    /// tier's policy rarely changes, so most responses share one value
+    /// (a reference count, not a copy).
+    static POLICY: RefCell<Option<(String, HeaderValue)>> = const { RefCell::new(None) };
+    /// The last `X-RateLimit-Limit` value, by quota.
+    static QUOTA: RefCell<Option<(u64, HeaderValue)>> = const { RefCell::new(None) };
+}
+
+/// The value for `key` from a one-entry per-thread memo, built by `write`
+/// when the key changed.
+fn cached(
+    memo: &'static std::thread::LocalKey<RefCell<Option<(u64, HeaderValue)>>>,
+    key: u64,
+    write: impl FnOnce(&mut String),
+) -> HeaderValue {
+    memo.with_borrow_mut(|m| match m {
+        Some((k, v)) if *k == key => v.clone(),
+        _ => {
+            let mut text = String::new();
+            write(&mut text);
+            let v = HeaderValue::from_str(&text).unwrap_or(HeaderValue::from_static("0"));
+            *m = Some((key, v.clone()));
+            v
         }
+    })
+}
+
+fn insert_policy(h: &mut HeaderMap, d: &Decision, buf: &mut String) {
+    buf.clear();
+    for l in d.limits.iter().filter(|l| !l.shadow) {
+        if !buf.is_empty() {
+            buf.push_str(", ");
+        }
+        push_sf_string(buf, &l.name);
+        let _ = write!(buf, ";q={};w={}", l.quota, l.window_secs);
+    }
+    if buf.is_empty() {
+        return;
+    }
+    let value = POLICY.with_borrow_mut(|m| match m {
+        Some((text, v)) if text == buf => Some(v.clone()),
+        _ => {
+            let v = HeaderValue::from_str(buf).ok()?;
+            *m = Some((buf.clone(), v.clone()));
+            Some(v)
+        }
+    });
+    if let Some(v) = value {
+        h.insert(RATELIMIT_POLICY, v);
     }
 }
 
-/// A structured-field string: quoted, with `\` and `"` escaped. Limit names
-/// are validated to `[A-Za-z0-9_-]`, so this never has to drop a character.
-fn sf_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
+/// Appends `s` to `out` as a structured-field string.
+fn push_sf_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars().filter(|c| (' '..='~').contains(c)) {
         if c == '"' || c == '\\' {
@@ -157,6 +202,14 @@ fn sf_string(s: &str) -> String {
         out.push(c);
     }
     out.push('"');
+}
+
+/// A structured-field string: quoted, with `\\` and `"` escaped. Limit names
+/// are validated to `[A-Za-z0-9_-]`, so this never has to drop a character.
+#[cfg(test)]
+fn sf_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    push_sf_string(&mut out, s);
     out
 }
 
