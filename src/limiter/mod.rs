@@ -329,6 +329,24 @@ impl Limiter {
     /// blame.
     async fn ask_store(&self, batch: &Batch<'_>) -> Result<StoreDecision, StoreFailure> {
         let inner = &*self.inner;
+        if inner.breakers.is_none() {
+            // The memory store: no breaker, no timer, no shard to gather.
+            return inner.store.decide(batch).await.map_err(|e| {
+                tracing::debug!(error = %e, "store could not decide");
+                StoreFailure {
+                    reason: if e.is_timeout() {
+                        FallbackReason::Timeout
+                    } else {
+                        FallbackReason::Error
+                    },
+                    breaker_wait: None,
+                    shard: e
+                        .shard()
+                        .cloned()
+                        .or_else(|| batch.items.first().map(|i| inner.store.shard_for(&i.key))),
+                }
+            });
+        }
         let mut shards: Vec<Arc<str>> = Vec::with_capacity(1);
         for item in batch.items {
             let shard = inner.store.shard_for(&item.key);
@@ -522,7 +540,14 @@ impl Limiter {
             exceeded,
             outcome: d.outcome,
             shard: d.source.shard().clone(),
-            identity: identity.display(self.inner.policy.telemetry.key_display),
+            // Only blocked identities are ranked (the top-K of the fleet
+            // view): the display form, a format per call, is made for them
+            // alone.
+            identity: if matches!(d.outcome, Outcome::Blocked | Outcome::FallbackBlocked) {
+                identity.display(self.inner.policy.telemetry.key_display)
+            } else {
+                String::new()
+            },
             cost,
             redis_rtt: d.store_rtt,
             fallback,
