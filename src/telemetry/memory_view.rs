@@ -1,6 +1,9 @@
-//! The fleet view kept in process, for the memory store (one instance is
-//! the fleet). A bounded ring: at most one hour of 10 s buckets and two
-//! days of 1 min buckets, each holding at most `top_keys` identities.
+//! The fleet view kept in process: the whole fleet for the memory store
+//! (one instance is the fleet), and this instance's own view beside the
+//! Redis one, so the dashboard has something true to show when Redis does
+//! not answer. A bounded ring: at most one hour of 10 s buckets and two
+//! days of 1 min buckets, each holding at most `2 * top_keys` identities
+//! per table.
 
 use std::collections::BTreeMap;
 
@@ -14,8 +17,10 @@ use super::fleet::{RESOLUTIONS, Resolution};
 struct Bucket {
     counters: AHashMap<String, u64>,
     top: AHashMap<String, u64>,
+    hot: AHashMap<String, u64>,
     rtt: AHashMap<String, u64>,
     trips: AHashMap<String, u64>,
+    breakers: AHashMap<String, u64>,
 }
 
 /// In-process buckets, keyed by (resolution width, bucket start).
@@ -42,18 +47,15 @@ impl MemoryView {
             for (k, n) in &flat.counters {
                 *b.counters.entry(k.clone()).or_insert(0) += n;
             }
-            for (k, n) in &flat.top {
-                *b.top.entry(k.clone()).or_insert(0) += n;
+            for (table, fields) in [(&mut b.top, &flat.top), (&mut b.hot, &flat.hot)] {
+                add(table, fields);
+                if table.len() > 2 * self.top_keys {
+                    trim(table, self.top_keys);
+                }
             }
-            if b.top.len() > 2 * self.top_keys {
-                trim(&mut b.top, self.top_keys);
-            }
-            for (k, n) in &flat.rtt {
-                *b.rtt.entry(k.clone()).or_insert(0) += n;
-            }
-            for (k, n) in &flat.trips {
-                *b.trips.entry(k.clone()).or_insert(0) += n;
-            }
+            add(&mut b.rtt, &flat.rtt);
+            add(&mut b.trips, &flat.trips);
+            add(&mut b.breakers, &flat.breakers);
         }
         buckets.retain(|(secs, start), _| {
             let keep = RESOLUTIONS
@@ -64,7 +66,8 @@ impl MemoryView {
         });
     }
 
-    /// The buckets of `starts` at resolution `res`.
+    /// The buckets of `starts` at resolution `res`, each with at most
+    /// `top_keys` entries per top table.
     pub fn read(&self, res: Resolution, starts: &[u64]) -> Vec<(u64, Flat)> {
         let buckets = self.buckets.lock();
         starts
@@ -73,9 +76,11 @@ impl MemoryView {
                 buckets.get(&(res.secs, *s)).map(|b| {
                     let flat = Flat {
                         counters: pairs(&b.counters),
-                        top: pairs(&b.top),
+                        top: highest(&b.top, self.top_keys),
+                        hot: highest(&b.hot, self.top_keys),
                         rtt: pairs(&b.rtt),
                         trips: pairs(&b.trips),
+                        breakers: pairs(&b.breakers),
                         events: 0,
                     };
                     (*s, flat)
@@ -89,6 +94,20 @@ impl MemoryView {
     pub fn len(&self) -> usize {
         self.buckets.lock().len()
     }
+}
+
+fn add(table: &mut AHashMap<String, u64>, fields: &[(String, u64)]) {
+    for (k, n) in fields {
+        *table.entry(k.clone()).or_insert(0) += n;
+    }
+}
+
+/// The `n` highest counts, highest first.
+fn highest(m: &AHashMap<String, u64>, n: usize) -> Vec<(String, u64)> {
+    let mut v = pairs(m);
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v.truncate(n);
+    v
 }
 
 fn pairs(m: &AHashMap<String, u64>) -> Vec<(String, u64)> {
@@ -134,7 +153,7 @@ mod tests {
             view.apply(t, &flat);
         }
         let read = view.read(RESOLUTIONS[0], &[RESOLUTIONS[0].bucket_of(t)]);
-        assert!(read[0].1.top.len() <= 4);
+        assert!(read[0].1.top.len() <= 2);
         assert!(read[0].1.top.iter().any(|(k, _)| k == "id99"));
     }
 }
