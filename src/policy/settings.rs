@@ -152,10 +152,7 @@ impl Default for IdentitySettings {
             anonymous: AnonymousMode::Ip,
             anonymous_tier: "anonymous".into(),
             default_tier: "free".into(),
-            // Nothing by default: a trusted peer that sends no
-            // X-Forwarded-For leaves the client unknown, so trusting
-            // loopback would shut local browsers out of the dashboard.
-            trusted_proxies: Vec::new(),
+            trusted_proxies: vec!["127.0.0.1/32".parse().expect("valid CIDR")],
             max_key_len: 256,
         }
     }
