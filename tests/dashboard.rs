@@ -269,7 +269,10 @@ async fn a_token_in_the_url_is_traded_once_for_a_session_cookie_and_redirected_a
         "the redirect drops the token and keeps the rest"
     );
     let cookie = first.headers()["set-cookie"].to_str().unwrap().to_owned();
-    assert!(!cookie.contains("s3cret"), "the cookie never holds the token: {cookie}");
+    assert!(
+        !cookie.contains("s3cret"),
+        "the cookie never holds the token: {cookie}"
+    );
     for part in ["HttpOnly", "SameSite=Strict", "Path=/ops/dashboard"] {
         assert!(cookie.contains(part), "{part} missing: {cookie}");
     }
@@ -284,10 +287,19 @@ async fn a_token_in_the_url_is_traded_once_for_a_session_cookie_and_redirected_a
         Request::get("/ops/dashboard/api/stats").header("cookie", &pair),
     )
     .await;
-    assert_eq!(again.status(), 200, "the session cookie lets the browser in");
+    assert_eq!(
+        again.status(),
+        200,
+        "the session cookie lets the browser in"
+    );
 
     // Another visit opens another session: ids are not derived from the token.
-    let second = send(&app, "127.0.0.1:1", Request::get("/ops/dashboard?token=s3cret")).await;
+    let second = send(
+        &app,
+        "127.0.0.1:1",
+        Request::get("/ops/dashboard?token=s3cret"),
+    )
+    .await;
     let other = second.headers()["set-cookie"].to_str().unwrap().to_owned();
     assert_ne!(other.split(';').next().unwrap(), pair);
     assert_eq!(second.headers()["location"], "/ops/dashboard");
@@ -303,7 +315,12 @@ async fn a_token_in_the_url_is_traded_once_for_a_session_cookie_and_redirected_a
         assert_eq!(res.status(), 401, "{forged}");
     }
     // A wrong token in the URL opens nothing.
-    let wrong = send(&app, "127.0.0.1:1", Request::get("/ops/dashboard?token=guess")).await;
+    let wrong = send(
+        &app,
+        "127.0.0.1:1",
+        Request::get("/ops/dashboard?token=guess"),
+    )
+    .await;
     assert_eq!(wrong.status(), 401);
     assert!(wrong.headers().get("set-cookie").is_none());
 }
@@ -365,7 +382,11 @@ async fn a_trusted_proxy_that_names_no_client_is_not_a_loopback_client() {
         403,
         "a local proxy forwarding a remote client without X-Forwarded-For"
     );
-    assert_eq!(status("[::ffff:127.0.0.1]:9000", None).await, 403, "the same, mapped");
+    assert_eq!(
+        status("[::ffff:127.0.0.1]:9000", None).await,
+        403,
+        "the same, mapped"
+    );
     assert_eq!(status("127.0.0.1:9000", Some("203.0.113.9")).await, 403);
     assert_eq!(status("127.0.0.1:9000", Some("127.0.0.1")).await, 200);
 }

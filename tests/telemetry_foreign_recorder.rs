@@ -5,8 +5,8 @@
 use axum::body::{Body, to_bytes};
 use http::Request;
 use metrics_exporter_prometheus::PrometheusBuilder;
-use ratewatch::policy::{Limit, Policy, Tier};
 use ratewatch::Limiter;
+use ratewatch::policy::{Limit, Policy, Tier};
 use tower::ServiceExt;
 
 #[tokio::test]
@@ -28,5 +28,8 @@ async fn without_the_handle_metrics_handler_fails_loudly_and_names_the_fix() {
     assert_eq!(res.status(), 500, "an empty 200 would hide the problem");
     let body = to_bytes(res.into_body(), 1 << 20).await.unwrap();
     let text = String::from_utf8_lossy(&body);
-    assert!(text.contains("use_handle") && text.contains("with_ratewatch_buckets"), "{text}");
+    assert!(
+        text.contains("use_handle") && text.contains("with_ratewatch_buckets"),
+        "{text}"
+    );
 }

@@ -10,9 +10,9 @@ mod support;
 use axum::body::{Body, to_bytes};
 use http::Request;
 use metrics_exporter_prometheus::PrometheusBuilder;
+use ratewatch::Limiter;
 use ratewatch::policy::{Limit, Policy, StoreKind, StoreSettings, Tier};
 use ratewatch::telemetry::metrics;
-use ratewatch::Limiter;
 use tower::ServiceExt;
 
 async fn scrape(limiter: &Limiter) -> (u16, String) {
@@ -35,7 +35,10 @@ async fn metrics_handler_renders_an_application_recorder_installed_first_with_re
     let handle = recorder.handle();
     ::metrics::set_global_recorder(recorder).expect("the application installs first");
     ::metrics::counter!("app_orders_total").increment(3);
-    assert!(metrics::use_handle(handle.clone()), "ratewatch takes the handle");
+    assert!(
+        metrics::use_handle(handle.clone()),
+        "ratewatch takes the handle"
+    );
 
     let redis = support::RedisServer::start();
     let policy = Policy::builder()
@@ -56,7 +59,10 @@ async fn metrics_handler_renders_an_application_recorder_installed_first_with_re
 
     let (status, text) = scrape(&limiter).await;
     assert_eq!(status, 200);
-    assert!(text.contains("app_orders_total 3"), "the application's own metric: {text}");
+    assert!(
+        text.contains("app_orders_total 3"),
+        "the application's own metric: {text}"
+    );
     assert!(
         text.contains("ratewatch_decisions_total{"),
         "ratewatch's metrics reach the application's recorder: {text}"
@@ -70,7 +76,10 @@ async fn metrics_handler_renders_an_application_recorder_installed_first_with_re
     );
     assert!(!metrics::rtt_rendered_as_summary(&text));
     assert!(text.contains(&format!("ratewatch_breaker_state{{shard=\"{shard}\"}} 0")));
-    assert!(text.contains("# HELP ratewatch_decisions_total"), "described");
+    assert!(
+        text.contains("# HELP ratewatch_decisions_total"),
+        "described"
+    );
     assert!(text.contains("ratewatch_build_info{version="));
     // The same text the application would serve from its own handle.
     assert!(handle.render().contains("app_orders_total 3"));

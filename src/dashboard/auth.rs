@@ -144,8 +144,10 @@ fn admit(g: &Guard, req: &Request) -> Result<(), Response> {
         res.headers_mut().insert(header::SET_COOKIE, c);
         res.headers_mut().insert(header::LOCATION, l);
     }
-    res.headers_mut()
-        .insert(header::CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
+    res.headers_mut().insert(
+        header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-store"),
+    );
     Err(res)
 }
 
@@ -190,11 +192,20 @@ fn came_over_tls(req: &Request, via_proxy: bool) -> bool {
     let proto = h
         .get("x-forwarded-proto")
         .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(',').next().unwrap_or("").trim().eq_ignore_ascii_case("https"));
-    let forwarded = h.get(header::FORWARDED).and_then(|v| v.to_str().ok()).map(|v| {
-        v.split([';', ','])
-            .any(|kv| kv.trim().eq_ignore_ascii_case("proto=https"))
-    });
+        .map(|v| {
+            v.split(',')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("https")
+        });
+    let forwarded = h
+        .get(header::FORWARDED)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split([';', ','])
+                .any(|kv| kv.trim().eq_ignore_ascii_case("proto=https"))
+        });
     proto.unwrap_or(false) || forwarded.unwrap_or(false)
 }
 
@@ -203,10 +214,7 @@ fn came_over_tls(req: &Request, via_proxy: bool) -> bool {
 /// `/ops/dashboard`).
 fn cookie_path(full: &str, inner: &str) -> String {
     let inner = inner.trim_end_matches('/');
-    let prefix = full
-        .trim_end_matches('/')
-        .strip_suffix(inner)
-        .unwrap_or("");
+    let prefix = full.trim_end_matches('/').strip_suffix(inner).unwrap_or("");
     if prefix.is_empty() || !prefix.starts_with('/') || prefix.contains([';', ',', ' ']) {
         "/".to_owned()
     } else {
@@ -252,7 +260,10 @@ mod tests {
     fn the_cookie_is_scoped_to_where_the_dashboard_is_nested() {
         assert_eq!(cookie_path("/dashboard", "/"), "/dashboard");
         assert_eq!(cookie_path("/dashboard/", "/"), "/dashboard");
-        assert_eq!(cookie_path("/ops/dash/api/stats", "/api/stats"), "/ops/dash");
+        assert_eq!(
+            cookie_path("/ops/dash/api/stats", "/api/stats"),
+            "/ops/dash"
+        );
         assert_eq!(cookie_path("/api/stats", "/api/stats"), "/");
     }
 

@@ -288,8 +288,8 @@ pub(crate) fn merge(
                     .or_insert([0; RTT_BUCKETS.len() + 1])[i] += n;
                 rtt_per_bucket
                     .entry(shard.to_owned())
-                    .or_insert_with(|| vec![[0; RTT_BUCKETS.len() + 1]; starts.len()])[slot]
-                    [i] += n;
+                    .or_insert_with(|| vec![[0; RTT_BUCKETS.len() + 1]; starts.len()])[slot][i] +=
+                    n;
             }
         }
         for (field, seen) in &b.breakers {

@@ -345,7 +345,12 @@ pub fn configured_shards(policy: &Policy) -> Vec<String> {
                 .as_deref()
                 .unwrap_or("redis://127.0.0.1:6379"),
         )],
-        StoreKind::RedisCluster => policy.store.nodes.iter().map(|n| url_host_port(n)).collect(),
+        StoreKind::RedisCluster => policy
+            .store
+            .nodes
+            .iter()
+            .map(|n| url_host_port(n))
+            .collect(),
         #[allow(unreachable_patterns)]
         _ => Vec::new(),
     }

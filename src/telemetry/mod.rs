@@ -57,9 +57,9 @@ use crate::policy::{StoreSettings, TelemetrySettings};
 use aggregate::{Batch, Flat};
 use memory_view::MemoryView;
 
+pub use aggregate::FAIL_CLOSED;
 pub use aggregate::MAX_SERIES;
 pub use event::{Event, FallbackReason, Outcome};
-pub use aggregate::FAIL_CLOSED;
 pub use fleet::{
     BlockedKey, FleetStats, HotKey, HotShard, RESOLUTIONS, Resolution, RttSeries, RttStats,
     Unavailable, ViewSource, quantile,

@@ -324,9 +324,7 @@ impl RedisSink {
         );
         let (c, top, hot, rtt, trips, brk): Row = conn.query(&p).await?;
         let scores = |v: Vec<(String, f64)>| -> Vec<(String, u64)> {
-            v.into_iter()
-                .map(|(k, s)| (k, s.max(0.0) as u64))
-                .collect()
+            v.into_iter().map(|(k, s)| (k, s.max(0.0) as u64)).collect()
         };
         Ok((
             start,
