@@ -72,29 +72,29 @@ struct TokenQuery {
 
 pub(super) async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response {
     match admit(&g, &req) {
-        Ok(()) => next.run(req).await,
-        Err(refused) => refused,
+        None => next.run(req).await,
+        Some(answer) => answer,
     }
 }
 
-/// Lets the request through, or answers it (403, 401, or the redirect
-/// that trades a `?token=` for a session).
-fn admit(g: &Guard, req: &Request) -> Result<(), Response> {
+/// `None` lets the request through; otherwise the answer (403, 401, or the
+/// redirect that trades a `?token=` for a session).
+fn admit(g: &Guard, req: &Request) -> Option<Response> {
     let limiter = &g.limiter;
     let settings = &limiter.policy().dashboard;
     if !settings.enabled {
-        return Err(StatusCode::NOT_FOUND.into_response());
+        return Some(StatusCode::NOT_FOUND.into_response());
     }
     let trusted = &limiter.policy().identity.trusted_proxies;
     let peer = crate::identity::peer_ip(req.extensions()).map(|ip| ip.to_canonical());
     let via_proxy = peer.is_some_and(|p| trusted.iter().any(|n| n.contains(&p)));
     if !settings.allow_remote {
         if let Err(why) = loopback_client(trusted, req.headers(), peer, via_proxy) {
-            return Err((StatusCode::FORBIDDEN, why).into_response());
+            return Some((StatusCode::FORBIDDEN, why).into_response());
         }
     }
     let Some(token) = &settings.token else {
-        return Ok(());
+        return None;
     };
     let now = limiter.clock().now_us();
     let header_value = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
@@ -107,18 +107,20 @@ fn admit(g: &Guard, req: &Request) -> Result<(), Response> {
         given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
     };
     if token_ok(bearer) || session.is_some_and(|s| g.sessions.valid(s, now)) {
-        return Ok(());
+        return None;
     }
     let query = axum::extract::Query::<TokenQuery>::try_from_uri(req.uri())
         .ok()
         .and_then(|q| q.0.token);
     if !token_ok(query.as_deref()) {
-        return Err((
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            "the dashboard requires Authorization: Bearer <token>",
-        )
-            .into_response());
+        return Some(
+            (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "the dashboard requires Authorization: Bearer <token>",
+            )
+                .into_response(),
+        );
     }
     // The token was right, in the URL: trade it for a session and send the
     // browser to the same URL without it, so it stays out of history,
@@ -148,7 +150,7 @@ fn admit(g: &Guard, req: &Request) -> Result<(), Response> {
         header::CACHE_CONTROL,
         http::HeaderValue::from_static("no-store"),
     );
-    Err(res)
+    Some(res)
 }
 
 /// Whether the client is on this host. Behind a trusted proxy the client is
