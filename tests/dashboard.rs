@@ -435,3 +435,72 @@ async fn the_stats_api_counts_every_decision_on_the_memory_store() {
         "masked: {shown}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_open_page_marks_its_stats_stale_when_they_stop_answering_and_keeps_refreshing_breakers()
+ {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let p = Policy::builder()
+        .identity(direct())
+        .tier(Tier::new("free").limit(Limit::per_second("burst", 5)))
+        .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
+        .build()
+        .unwrap();
+    let limiter = Limiter::new(p).await.unwrap();
+    // The stats endpoint stops answering once the page is served; the
+    // breakers endpoint keeps answering and counts its calls.
+    let failing = Arc::new(AtomicBool::new(false));
+    let breaker_calls = Arc::new(AtomicU64::new(0));
+    let (f, b) = (failing.clone(), breaker_calls.clone());
+    let app = axum::Router::new()
+        .nest("/dashboard", limiter.dashboard())
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let (f, b) = (f.clone(), b.clone());
+                async move {
+                    let path = req.uri().path().to_owned();
+                    if path.ends_with("/api/breakers") {
+                        b.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if path.ends_with("/api/stats") && f.load(Ordering::SeqCst) {
+                        return http::StatusCode::BAD_GATEWAY.into_response();
+                    }
+                    next.run(req).await
+                }
+            },
+        ));
+    use axum::response::IntoResponse;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap()
+    });
+    failing.store(true, Ordering::SeqCst);
+    let url = format!("http://{addr}/dashboard?range=5m");
+    let (dom, log) = tokio::task::spawn_blocking(move || dump_dom(&url))
+        .await
+        .unwrap();
+    assert!(!log.contains("Uncaught"), "{log}");
+    let note = dom.split("id=\"stale\"").nth(1).expect("the stale note");
+    let note = &note[..note.find("</span>").unwrap_or(note.len())];
+    assert!(
+        !note.starts_with(" hidden") && note.contains("stats stale since"),
+        "the page says its stats are stale: {note}"
+    );
+    assert!(!note.contains("breakers stale"), "{note}");
+    assert!(
+        dom.contains("id=\"over-time\" class=\"wide stale\"")
+            || dom.contains("class=\"wide stale\" id=\"over-time\""),
+        "the charts are marked stale"
+    );
+    assert!(
+        breaker_calls.load(Ordering::SeqCst) >= 2,
+        "the breakers kept refreshing"
+    );
+}

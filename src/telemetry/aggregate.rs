@@ -25,7 +25,7 @@ pub(crate) type SeriesKey = (Arc<str>, Arc<str>, Arc<str>, Outcome);
 #[derive(Debug)]
 pub(crate) struct Batch {
     pub counters: AHashMap<SeriesKey, u64>,
-    /// Blocked requests per `cause|identity` (see [`blocked_member`]).
+    /// Blocked requests per `cause|identity` (see [`parse_blocked_member`]).
     pub top: TopK,
     /// Decisions per `tier|shard|identity`, blocked or not: the hot keys.
     pub hot: TopK,
@@ -35,6 +35,8 @@ pub(crate) struct Batch {
     pub overflow: u64,
     /// Events counted in `counters`.
     pub events: u64,
+    /// Reused to build top-K members without an allocation per event.
+    scratch: String,
 }
 
 impl Batch {
@@ -46,6 +48,7 @@ impl Batch {
             rtt: AHashMap::new(),
             overflow: 0,
             events: 0,
+            scratch: String::new(),
         }
     }
 
@@ -61,9 +64,11 @@ impl Batch {
         }
         self.events += 1;
         if let Some(cause) = block_cause(e) {
-            self.top.add(&blocked_member(cause, &e.identity), 1);
+            write_member(&mut self.scratch, &[cause, &e.identity]);
+            self.top.add(&self.scratch, 1);
         }
-        self.hot.add(&hot_member(&e.tier, &e.shard, &e.identity), 1);
+        write_member(&mut self.scratch, &[&e.tier, &e.shard, &e.identity]);
+        self.hot.add(&self.scratch, 1);
         if let Some(rtt) = e.redis_rtt {
             let secs = rtt.as_secs_f64();
             let slot = RTT_BUCKETS
@@ -116,27 +121,29 @@ pub(crate) fn block_cause(e: &Event) -> Option<&str> {
     }
 }
 
+/// `parts` joined by `|` into `buf` (cleared first).
+fn write_member(buf: &mut String, parts: &[&str]) {
+    buf.clear();
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            buf.push('|');
+        }
+        buf.push_str(p);
+    }
+}
+
 /// The cause of a fail-closed refusal in the top-blocked table.
 pub const FAIL_CLOSED: &str = "fail_closed";
 
-/// Member of the blocked top-K: `cause|identity`. Causes are limit names
-/// (letters, digits, `_`, `-`) or fixed words: the first `|` splits.
-pub(crate) fn blocked_member(cause: &str, identity: &str) -> String {
-    format!("{cause}|{identity}")
-}
-
-/// Splits a blocked member into cause and identity.
+/// Splits a blocked member (`cause|identity`; causes are limit names, made
+/// of letters, digits, `_` and `-`, or fixed words) into cause and
+/// identity: the first `|` splits.
 pub(crate) fn parse_blocked_member(m: &str) -> (&str, &str) {
     m.split_once('|').unwrap_or(("limit", m))
 }
 
-/// Member of the hot-key top-K: `tier|shard|identity` (tier names and
-/// `host:port` shards hold no `|`; the identity goes last).
-pub(crate) fn hot_member(tier: &str, shard: &str, identity: &str) -> String {
-    format!("{tier}|{shard}|{identity}")
-}
-
-/// Splits a hot-key member into tier, shard and identity.
+/// Splits a hot-key member (`tier|shard|identity`: tier names and
+/// `host:port` shards hold no `|`, the identity goes last) into its parts.
 pub(crate) fn parse_hot_member(m: &str) -> Option<(&str, &str, &str)> {
     let mut it = m.splitn(3, '|');
     Some((it.next()?, it.next()?, it.next()?))

@@ -28,13 +28,27 @@ struct Bucket {
 pub(crate) struct MemoryView {
     buckets: Mutex<BTreeMap<(u64, u64), Bucket>>,
     top_keys: usize,
+    /// Longest a bucket is kept, whatever its resolution keeps.
+    max_keep: u64,
 }
 
+/// How long this instance's own view is kept beside a Redis fleet view:
+/// enough to answer "since when" during an outage, at a fraction of the
+/// memory two days of minute buckets would take.
+pub(crate) const KEEP_BESIDE_REDIS: u64 = 6 * 3600;
+
 impl MemoryView {
+    /// A view keeping every resolution's full retention.
     pub fn new(top_keys: usize) -> Self {
+        Self::with_max_keep(top_keys, u64::MAX)
+    }
+
+    /// A view keeping no bucket longer than `max_keep` seconds.
+    pub fn with_max_keep(top_keys: usize, max_keep: u64) -> Self {
         Self {
             buckets: Mutex::new(BTreeMap::new()),
             top_keys: top_keys.max(1),
+            max_keep,
         }
     }
 
@@ -61,7 +75,8 @@ impl MemoryView {
             let keep = RESOLUTIONS
                 .iter()
                 .find(|r| r.secs == *secs)
-                .map_or(0, |r| r.keep);
+                .map_or(0, |r| r.keep)
+                .min(self.max_keep);
             start + keep + secs > now
         });
     }
@@ -139,6 +154,20 @@ mod tests {
         }
         // 360 ten-second buckets (plus the current one) and 2880 minutes.
         assert!(view.len() <= 361 + 2881, "{}", view.len());
+    }
+
+    #[test]
+    fn a_view_beside_redis_keeps_six_hours() {
+        let view = MemoryView::with_max_keep(3, KEEP_BESIDE_REDIS);
+        let flat = Flat {
+            counters: vec![("free|allowed|memory|*".into(), 1)],
+            ..Flat::default()
+        };
+        let t0 = 1_700_000_000;
+        for i in 0..(86_400 / 10) {
+            view.apply(t0 + i * 10, &flat);
+        }
+        assert!(view.len() <= 361 + 361, "{}", view.len());
     }
 
     #[test]

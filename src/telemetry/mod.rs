@@ -8,8 +8,9 @@
 //! [`FleetReader::query`] merges over a time range for the dashboard.
 //!
 //! The in-process view is kept whatever the store: with Redis it is this
-//! instance's own share, which the dashboard shows (marked as such) when
-//! the fleet view in Redis does not answer within [`READ_BUDGET`].
+//! instance's own share (the last six hours), which the dashboard shows
+//! (marked as such) when the fleet view in Redis does not answer within
+//! [`READ_BUDGET`].
 //!
 //! ```
 //! use std::sync::Arc;
@@ -233,10 +234,17 @@ impl Telemetry {
     }
 
     fn start(settings: &TelemetrySettings, sink: Sink) -> Self {
+        let local = match &sink {
+            Sink::Memory => MemoryView::new(settings.top_keys),
+            #[cfg(feature = "redis-store")]
+            Sink::Redis(_) => {
+                MemoryView::with_max_keep(settings.top_keys, memory_view::KEEP_BESIDE_REDIS)
+            }
+        };
         let inner = Arc::new(Inner {
             batch: Mutex::new(Batch::new(settings.top_keys)),
             sink,
-            local: MemoryView::new(settings.top_keys),
+            local,
             unavailable: Mutex::new(None),
             settings: settings.clone(),
             flushing: tokio::sync::Mutex::new(()),
