@@ -131,8 +131,9 @@ pub struct RttSeries {
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub struct ViewSource {
     /// `fleet` (every instance, read from Redis), `in_process` (the memory
-    /// store: this instance is the fleet) or `instance` (this instance
-    /// only, because the fleet view did not answer).
+    /// store: this instance is the fleet), `instance` (this instance only,
+    /// because the fleet view did not answer) or `disabled` (a
+    /// metrics-only pipeline: nothing is kept).
     pub kind: &'static str,
     /// Set while the fleet view in Redis does not answer.
     pub fleet_unavailable: Option<Unavailable>,

@@ -373,6 +373,11 @@ impl FleetReader {
     /// The fleet view over `[from_unix_s, to_unix_s]`: 10 s buckets for
     /// ranges within the last hour, 1 min buckets otherwise. An empty view
     /// (all zeros) for a metrics-only pipeline.
+    ///
+    /// Never fails because Redis is away: when the fleet view does not
+    /// answer within [`READ_BUDGET`], the answer is this instance's
+    /// in-process view, with `source.fleet_unavailable` saying since when
+    /// and why. Fails only on an inverted range.
     pub async fn query(
         &self,
         from_unix_s: u64,
@@ -388,7 +393,9 @@ impl FleetReader {
         let res = Resolution::for_range(from_unix_s, to_unix_s, now);
         let starts = res.starts(from_unix_s, to_unix_s, now);
         let Some(inner) = &self.inner else {
-            return Ok(fleet::merge(from_unix_s, to_unix_s, res, starts, &[], 0));
+            let mut s = fleet::merge(from_unix_s, to_unix_s, res, starts, &[], 0);
+            s.source.kind = "disabled";
+            return Ok(s);
         };
         let top = inner.settings.top_keys;
         let local = |kind: &'static str, unavailable: Option<Unavailable>| {
@@ -426,39 +433,5 @@ impl FleetReader {
                 }
             },
         }
-    }
-
-    /// Only this instance's view over the range, never asking Redis.
-    pub async fn query_local(
-        &self,
-        from_unix_s: u64,
-        to_unix_s: u64,
-    ) -> Result<FleetStats, TelemetryError> {
-        if from_unix_s > to_unix_s {
-            return Err(TelemetryError::InvalidRange {
-                from: from_unix_s,
-                to: to_unix_s,
-            });
-        }
-        let now = unix_now();
-        let res = Resolution::for_range(from_unix_s, to_unix_s, now);
-        let starts = res.starts(from_unix_s, to_unix_s, now);
-        let Some(inner) = &self.inner else {
-            return Ok(fleet::merge(from_unix_s, to_unix_s, res, starts, &[], 0));
-        };
-        let buckets = inner.local.read(res, &starts);
-        let mut s = fleet::merge(
-            from_unix_s,
-            to_unix_s,
-            res,
-            starts,
-            &buckets,
-            inner.settings.top_keys,
-        );
-        s.source = ViewSource {
-            kind: "instance",
-            fleet_unavailable: inner.unavailable.lock().clone(),
-        };
-        Ok(s)
     }
 }
