@@ -61,6 +61,11 @@ limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 1000000, ref
 [[tiers]]
 name = "anonymous"
 limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 1000, refill_per_second = 100 }}]
+
+[[routes]]
+method = "POST"
+path = "/api/export"
+on_store_failure = "closed"
 "#,
             flush = FLUSH.as_millis()
         ),
@@ -216,7 +221,7 @@ async fn drill_a_one_abusive_key_is_named_with_its_limit_on_the_page_and_in_prom
     let abuser = "free_drill_abuser_0001";
     let traffic = Traffic::start(
         server.url(),
-        vec![(abuser.into(), 4), ("free_drill_polite_02".into(), 0)],
+        vec![(abuser.into(), 4), ("free_drill_polite_02".into(), 1)],
     );
     let (stats, took) = wait_stats(
         &server,
@@ -304,6 +309,27 @@ async fn drill_b_redis_killed_the_page_stays_up_with_a_banner_fail_open_and_an_o
     })
     .await;
     eprintln!("drill b: outage in the JSON {took:?} after the kill");
+    // A fail-closed route refuses while Redis is away: listed as a
+    // refusal, not as a block by a limit.
+    let refused = "free_drill_exporter_01";
+    let client = reqwest::Client::new();
+    for _ in 0..3 {
+        let res = client
+            .post(format!("{}/api/export", server.url()))
+            .header("x-api-key", refused)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 503);
+    }
+    let (stats, _) = wait_stats(&server, SHOWN_WITHIN, "the fail-closed refusals", |v| {
+        v["top_blocked"].as_array().is_some_and(|t| {
+            t.iter()
+                .any(|k| k["identity"] == masked(refused) && k["cause"] == "fail_closed")
+        })
+    })
+    .await;
+    assert!(stats["blocked_by_cause"]["fail_closed"].as_u64() >= Some(3));
     assert_eq!(stats["source"]["kind"], "instance");
     assert!(stats["source"]["fleet_unavailable"]["since"].as_u64() > Some(0));
     assert!(
@@ -354,6 +380,10 @@ async fn drill_b_redis_killed_the_page_stays_up_with_a_banner_fail_open_and_an_o
     assert!(
         dom.contains("class=\"point\""),
         "the fail-open series is drawn"
+    );
+    assert!(
+        dom.contains("class=\"cause bad\">fail_closed"),
+        "the refusal is shown as such"
     );
 
     // A picture for the README, taken while Redis is down.
