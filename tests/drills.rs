@@ -322,14 +322,14 @@ async fn drill_b_redis_killed_the_page_stays_up_with_a_banner_fail_open_and_an_o
             .unwrap();
         assert_eq!(res.status(), 503);
     }
-    let (stats, _) = wait_stats(&server, SHOWN_WITHIN, "the fail-closed refusals", |v| {
+    let (refusals, _) = wait_stats(&server, SHOWN_WITHIN, "the fail-closed refusals", |v| {
         v["top_blocked"].as_array().is_some_and(|t| {
             t.iter()
                 .any(|k| k["identity"] == masked(refused) && k["cause"] == "fail_closed")
         })
     })
     .await;
-    assert!(stats["blocked_by_cause"]["fail_closed"].as_u64() >= Some(3));
+    assert!(refusals["blocked_by_cause"]["fail_closed"].as_u64() >= Some(3));
     assert_eq!(stats["source"]["kind"], "instance");
     assert!(stats["source"]["fleet_unavailable"]["since"].as_u64() > Some(0));
     assert!(

@@ -61,8 +61,8 @@ impl Sessions {
 
 #[derive(Clone)]
 pub(super) struct Guard {
-    pub limiter: Limiter,
-    pub sessions: Sessions,
+    pub(super) limiter: Limiter,
+    pub(super) sessions: Sessions,
 }
 
 #[derive(serde::Deserialize)]

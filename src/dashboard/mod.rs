@@ -60,13 +60,14 @@ impl RangeQuery {
 }
 
 impl Limiter {
-    /// The dashboard's router, to nest under a path of your choice.
-    pub fn dashboard(&self) -> Router {
+    /// The dashboard's router, to nest under a path of your choice in a
+    /// router of any state: `app.nest("/dashboard", limiter.dashboard())`.
+    pub fn dashboard<S: Clone + Send + Sync + 'static>(&self) -> Router<S> {
         router(self.clone())
     }
 }
 
-fn router(limiter: Limiter) -> Router {
+fn router<S: Clone + Send + Sync + 'static>(limiter: Limiter) -> Router<S> {
     let guard = auth::Guard {
         limiter: limiter.clone(),
         sessions: auth::Sessions::default(),
