@@ -135,23 +135,33 @@ pub fn identity_key(
     name: &str,
     alg: &str,
 ) -> String {
-    match part {
-        Some(k) => format!("{prefix}:{{{tier}:{identity_hash}#{k}}}:{name}:{alg}"),
-        None => format!("{prefix}:{{{tier}:{identity_hash}}}:{name}:{alg}"),
+    if let Some(k) = part {
+        return format!("{prefix}:{{{tier}:{identity_hash}#{k}}}:{name}:{alg}");
     }
+    // Built in one allocation of the right size: every request makes one
+    // per limit, and `format!` grew its buffer several times.
+    join(&[prefix, ":{", tier, ":", identity_hash, "}:", name, ":", alg])
+}
+
+fn join(parts: &[&str]) -> String {
+    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for p in parts {
+        out.push_str(p);
+    }
+    out
 }
 
 /// The key of a limit scoped to the client address, whatever key or tier
 /// it presents; `address_hash` is [`hash_identity`]`("ip", ...)` of the
 /// address (or of its IPv6 prefix).
 pub fn ip_key(prefix: &str, address_hash: &str, name: &str, alg: &str) -> String {
-    format!("{prefix}:{{ip:{address_hash}}}:{name}:{alg}")
+    join(&[prefix, ":{ip:", address_hash, "}:", name, ":", alg])
 }
 
 /// The key of a limit global to a route (one ceiling for every client of
 /// every tier); `route_tag` is the route's tag or [`ANY_ROUTE`].
 pub fn route_key(prefix: &str, route_tag: &str, name: &str, alg: &str) -> String {
-    format!("{prefix}:{{rt:{route_tag}}}:{name}:{alg}")
+    join(&[prefix, ":{rt:", route_tag, "}:", name, ":", alg])
 }
 
 /// The hash tag of a key: the part between the first `{` and the next `}`.
@@ -188,6 +198,20 @@ mod tests {
         // sha256(b"key\0free_k"), first 24 hex digits: keys written by
         // earlier versions keep their name.
         assert_eq!(hash_identity("key", "free_k"), "fd56fce8f54dd12e9c5b25af");
+    }
+
+    #[test]
+    fn keys_read_as_the_schema_says() {
+        assert_eq!(
+            identity_key("rw", "free", "ab", None, "burst", "tb"),
+            "rw:{free:ab}:burst:tb"
+        );
+        assert_eq!(
+            identity_key("rw", "pro", "ab", Some(2), "day", "fw"),
+            "rw:{pro:ab#2}:day:fw"
+        );
+        assert_eq!(ip_key("rw", "cd", "per_ip", "gc"), "rw:{ip:cd}:per_ip:gc");
+        assert_eq!(route_key("rw", "ef", "all", "sw"), "rw:{rt:ef}:all:sw");
     }
 
     #[test]
