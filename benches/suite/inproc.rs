@@ -56,6 +56,15 @@ impl Contenders {
         }
     }
 
+    /// One identity only (the hot-key cells), quick to build.
+    pub fn hot() -> Self {
+        let key = "free_k0000000".to_owned();
+        Self {
+            ids: Arc::new(vec![Identity::new(IdentityKind::ApiKey, key.clone())]),
+            keys: Arc::new(vec![key]),
+        }
+    }
+
     /// Decisions per second of `who`, `threads` threads for `secs`, on one
     /// key or on all of them. Every contender starts from empty state.
     pub fn measure(&self, who: Who, distinct: bool, threads: usize, secs: f64) -> f64 {

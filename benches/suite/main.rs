@@ -71,6 +71,12 @@ fn main() {
             let port = args[2].parse().expect("a port");
             serve::serve(variant, port, &args[3..]);
         }
+        Some("check") => {
+            // `check SECS`: only `Limiter::check` on one hot key, for a profiler.
+            let secs = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(5.0);
+            let ops = inproc::Contenders::hot().measure(inproc::Who::Ratewatch, false, 1, secs);
+            println!("{ops:.0} decisions/s");
+        }
         Some("run") | None => run(parse(&args)),
         Some(other) => {
             eprintln!(

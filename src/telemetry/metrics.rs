@@ -175,6 +175,7 @@ pub fn install_prometheus() -> Result<PrometheusHandle, BuildError> {
         return Ok(h.clone());
     }
     let handle = prometheus_builder()?.install_recorder()?;
+    super::counters::note_own_recorder();
     describe();
     record_build_info();
     if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -234,6 +235,9 @@ pub fn record_dropped(reason: DropReason, events: u64) {
 /// The Prometheus side of one decision: decisions, exceeded limits,
 /// fallbacks and the decision's Redis round trip.
 pub fn record_event(event: &Event) {
+    if super::counters::count_decision(event) {
+        return record_event_rest(event);
+    }
     counter!(
         DECISIONS_TOTAL,
         LABEL_TIER => event.tier.clone(),
@@ -242,6 +246,11 @@ pub fn record_event(event: &Event) {
         LABEL_OUTCOME => event.outcome.as_str()
     )
     .increment(1);
+    record_event_rest(event);
+}
+
+/// Everything of [`record_event`] but the decision counter.
+fn record_event_rest(event: &Event) {
     for limit in &event.exceeded {
         counter!(LIMIT_EXCEEDED_TOTAL, LABEL_TIER => event.tier.clone(), LABEL_LIMIT => limit.clone())
             .increment(1);

@@ -38,6 +38,7 @@
 //! ```
 
 mod aggregate;
+mod counters;
 mod event;
 mod fleet;
 mod memory_view;
