@@ -14,6 +14,7 @@
 mod extract;
 mod resolve;
 
+use std::fmt::Write as _;
 use std::net::IpAddr;
 
 pub use extract::{HeaderExtractor, IdentityError, KeyExtractor, client_ip, peer_ip};
@@ -169,21 +170,25 @@ impl Identity {
         // Eight hex digits (32 bits) of the hash keep thousands of keys with
         // one prefix apart in the top-blocked list.
         let tail = &self.hash[self.hash.len() - 8..];
-        let head: String = match (self.kind, self.ip) {
+        // One allocation: every decision's event carries this form.
+        let mut out = String::with_capacity(24 + tail.len());
+        match (self.kind, self.ip) {
             (IdentityKind::Ip, Some(IpAddr::V4(v4))) => {
                 let o = v4.octets();
-                format!("{}.{}.{}.", o[0], o[1], o[2])
+                let _ = write!(out, "{}.{}.{}.", o[0], o[1], o[2]);
             }
             (IdentityKind::Ip, Some(IpAddr::V6(v6))) => {
                 let s = v6.segments();
-                format!("{:x}:{:x}:", s[0], s[1])
+                let _ = write!(out, "{:x}:{:x}:", s[0], s[1]);
             }
             _ => {
                 let n = (self.raw.chars().count() / 3).min(7);
-                self.raw.chars().take(n).collect()
+                out.extend(self.raw.chars().take(n));
             }
-        };
-        format!("{head}…{tail}")
+        }
+        out.push('…');
+        out.push_str(tail);
+        out
     }
 }
 
@@ -193,5 +198,27 @@ impl std::fmt::Debug for Identity {
             .field("kind", &self.kind)
             .field("masked", &self.masked())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masked_forms_show_a_short_head_and_the_end_of_the_hash() {
+        let key = Identity::new(IdentityKind::ApiKey, "free_abcdefghijklmnop");
+        assert_eq!(key.masked(), "free_ab…98bab1ba");
+        let v4 = Identity::from_ip(Some("203.0.113.9".parse().unwrap()));
+        assert_eq!(v4.masked(), "203.0.113.…b53cdada");
+        let v6 = Identity::from_ip(Some("2001:db8:1:2::7".parse().unwrap()));
+        assert_eq!(v6.masked(), "2001:db8:…e2987ca8");
+        assert_eq!(
+            Identity::new(IdentityKind::Bearer, "ab").masked(),
+            format!(
+                "…{}",
+                &Identity::new(IdentityKind::Bearer, "ab").hash()[16..]
+            )
+        );
     }
 }

@@ -539,14 +539,7 @@ impl Limiter {
             exceeded,
             outcome: d.outcome,
             shard: d.source.shard().clone(),
-            // Only blocked identities are ranked (the top-K of the fleet
-            // view): the display form, a format per call, is made for them
-            // alone.
-            identity: if matches!(d.outcome, Outcome::Blocked | Outcome::FallbackBlocked) {
-                identity.display(self.inner.policy.telemetry.key_display)
-            } else {
-                String::new()
-            },
+            identity: identity.display(self.inner.policy.telemetry.key_display),
             cost,
             redis_rtt: d.store_rtt,
             fallback,

@@ -90,8 +90,6 @@ pub struct Event {
     /// Which node decided (or would have).
     pub shard: Arc<str>,
     /// The identity in display form (masked, hashed or raw per policy).
-    /// Only blocked outcomes are ranked by identity, so the limiter leaves
-    /// it empty for the others.
     pub identity: String,
     /// Units the request cost.
     pub cost: u64,
