@@ -18,6 +18,11 @@ pub struct HttpRun {
     pub errors: u64,
     /// ratewatch decisions answered by the failure policy (Redis variants).
     pub fallbacks: u64,
+    /// Requests wrk completed.
+    pub requests: u64,
+    /// CPU time (user + system) the server process spent per request, µs:
+    /// steadier than throughput on a shared machine.
+    pub cpu_us: f64,
 }
 
 /// A server process of one variant, killed when dropped.
@@ -27,6 +32,22 @@ pub struct Server {
 }
 
 impl Server {
+    /// CPU time the process has used so far (user + system), in µs.
+    pub fn cpu_us(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the command name (which may hold spaces): utime and
+        // stime are the 12th and 13th, in clock ticks (100 per second).
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<f64> = rest
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0.0))
+            .collect();
+        f.get(11)
+            .zip(f.get(12))
+            .map_or(0.0, |(u, s)| (u + s) * 10_000.0)
+    }
+
     pub fn start(variant: Variant, urls: &[String]) -> Self {
         let port = crate::support::free_port();
         let exe = std::env::current_exe().expect("own path");
@@ -124,6 +145,7 @@ pub fn parse_wrk(text: &str) -> HttpRun {
         let mut words = t.split_whitespace();
         match (words.next(), words.next()) {
             (Some("Requests/sec:"), Some(n)) => run.rps = n.parse().unwrap_or(0.0),
+            (Some(n), Some("requests")) => run.requests = n.parse().unwrap_or(0),
             (Some("50%"), Some(d)) => run.p50_ms = duration_ms(d).unwrap_or(0.0),
             (Some("99%"), Some(d)) => run.p99_ms = duration_ms(d).unwrap_or(0.0),
             (Some("Non-2xx"), _) => {

@@ -169,7 +169,9 @@ fn run(o: Options) {
             if v.needs_redis() {
                 redis.cli(&["CONFIG", "RESETSTAT"]);
             }
+            let cpu = server.cpu_us();
             let mut run = load::wrk(server.port, o.secs, o.connections, o.wrk_threads);
+            run.cpu_us = (server.cpu_us() - cpu) / run.requests.max(1) as f64;
             if v.needs_redis() && v.is_ratewatch() {
                 r.http_usec
                     .entry(v.name())
@@ -180,10 +182,11 @@ fn run(o: Options) {
                 run.fallbacks = load::fallbacks(&server.get("/metrics"));
             }
             eprintln!(
-                "bench: round {} {:<26} {:>9.0} req/s p50 {:.3} ms p99 {:.3} ms{}",
+                "bench: round {} {:<26} {:>9.0} req/s {:>6.2} µs CPU/req p50 {:.3} ms p99 {:.3} ms{}",
                 round + 1,
                 v.name(),
                 run.rps,
+                run.cpu_us,
                 run.p50_ms,
                 run.p99_ms,
                 if run.errors + run.fallbacks > 0 {

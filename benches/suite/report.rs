@@ -114,9 +114,24 @@ pub fn render(o: &Options, r: &Results) -> String {
     let g = Ratio::of(&mem1, &floor);
     let ok = g.value >= 0.95;
     goal("memory layer (1 limit) ≥ 0.95 of the header floor", g, ok);
+    let cpu = |v: Variant| -> Vec<f64> { runs(r, v).iter().map(|x| 1.0 / x.cpu_us).collect() };
+    let g = Ratio::of(&cpu(Variant::Memory1), &cpu(Variant::HeaderFloor));
+    let ok = g.value >= 0.95;
+    goal(
+        "the same, by server CPU per request (floor CPU / ratewatch CPU)",
+        g,
+        ok,
+    );
     let g = Ratio::of(&mem1, &gov);
     let ok = g.value >= 1.0;
     goal("memory layer (1 limit) ≥ 1.0 of tower_governor", g, ok);
+    let g = Ratio::of(&cpu(Variant::Memory1), &cpu(Variant::Governor));
+    let ok = g.value >= 1.0;
+    goal(
+        "the same, by server CPU per request (governor CPU / ratewatch CPU)",
+        g,
+        ok,
+    );
     let g = Ratio::of(&redis1, &rw_ceiling);
     let ok = g.value >= 0.8;
     goal(
@@ -164,17 +179,25 @@ pub fn render(o: &Options, r: &Results) -> String {
     let bare = rps(r, Variant::Bare);
     let floor_m = rps(r, Variant::HeaderFloor);
     let gov_m = rps(r, Variant::Governor);
+    let floor_cpu = median(
+        runs(r, Variant::HeaderFloor)
+            .iter()
+            .map(|x| x.cpu_us)
+            .collect(),
+    );
     let _ = writeln!(
         w,
         "\n## HTTP end to end\n\n`wrk -t{} -c{} -d{}s --latency` on loopback, `GET /api/data` carrying \
          `x-api-key`, the same axum handler returning the same JSON each time; each server is its \
          own process (tokio multi-thread, default workers), started fresh for each round and warmed \
-         for 1 s. Limits never block: the figures are the cost of deciding.\n",
+         for 1 s. Limits never block: the figures are the cost of deciding. \
+         \"Server CPU\" is the server process's user + system time over the measured run divided by \
+         the requests served: on a shared machine it moves less than throughput does.\n",
         o.wrk_threads, o.connections, o.secs
     );
     let _ = writeln!(
         w,
-        "| server | of bare | of header floor | of tower_governor | req/s | p50 ms | p99 ms | errors / fallbacks |\n|---|---|---|---|---|---|---|---|"
+        "| server | of bare | of header floor | of tower_governor | req/s | p50 ms | p99 ms | server CPU µs/req | floor CPU / this CPU | errors / fallbacks |\n|---|---|---|---|---|---|---|---|---|---|"
     );
     for v in Variant::ALL {
         let rs = runs(r, v);
@@ -186,9 +209,10 @@ pub fn render(o: &Options, r: &Results) -> String {
         let p99 = median(rs.iter().map(|x| x.p99_ms).collect());
         let errs: u64 = rs.iter().map(|x| x.errors).sum();
         let fb: u64 = rs.iter().map(|x| x.fallbacks).sum();
+        let cpu = median(rs.iter().map(|x| x.cpu_us).collect());
         let _ = writeln!(
             w,
-            "| {} | {:.3} | {:.3} | {:.3} | {:.0} | {:.3} | {:.3} | {} / {} |",
+            "| {} | {:.3} | {:.3} | {:.3} | {:.0} | {:.3} | {:.3} | {:.2} | {:.3} | {} / {} |",
             v.describe(),
             m / bare,
             m / floor_m,
@@ -196,6 +220,8 @@ pub fn render(o: &Options, r: &Results) -> String {
             m,
             p50,
             p99,
+            cpu,
+            floor_cpu / cpu,
             errs,
             fb
         );
