@@ -1,12 +1,15 @@
 //! The memory store: all limits of a request decided together, all or
 //! nothing; shadow limits; peeks; concurrency; memory bounded under millions
-//! of distinct keys; expired keys deciding like fresh ones.
+//! of distinct keys (a hard entry cap, evictions closest to expiry first and
+//! counted, periodic sweeps that give memory back); expired keys deciding
+//! like fresh ones.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ratewatch::algorithm::Algorithm;
 use ratewatch::clock::ManualClock;
-use ratewatch::store::{Batch, Item, MemoryStore, Store, StoreDecision};
+use ratewatch::store::{Batch, Item, MemoryStore, Store, StoreDecision, StoreObserver};
 
 const SEC: u64 = 1_000_000;
 const T0: u64 = 1_700_000_000_000_000;
@@ -274,5 +277,178 @@ async fn a_key_past_its_ttl_decides_like_a_fresh_one() {
         store.len(),
         6,
         "only the two identities' fresh writes are left"
+    );
+}
+
+/// A day window: an entry that lives until the end of the UTC day.
+fn day_key(i: u64) -> [Item; 1] {
+    [Item::new(format!("rw:{{free:{i:x}}}:day"), day(1000))]
+}
+
+#[test]
+fn the_entry_cap_holds_under_two_million_invented_identities() {
+    const CAP: usize = 100_000;
+    let (store, _clock) = store();
+    let store = store.with_max_entries(CAP);
+    // Long-lived entries that never expire during the test: only the cap
+    // can keep them in check.
+    const N: u64 = 2_100_000;
+    for i in 0..N {
+        assert!(store.decide_now(&Batch::consume(&day_key(i), 1)).allowed);
+        if i % 50_000 == 0 {
+            let len = store.len();
+            assert!(len <= CAP, "{len} entries held after {i} inserts");
+        }
+    }
+    let len = store.len();
+    assert!(len <= CAP, "{len} entries held at the end");
+    // Shards evict a batch at a time, from whichever fills first: the store
+    // stays close to its cap, not far below it.
+    assert!(len >= CAP * 9 / 10, "only {len} entries kept of {CAP}");
+    assert_eq!(
+        store.evictions(),
+        N - len as u64,
+        "every entry not held was an eviction"
+    );
+}
+
+/// A token bucket of one token refilled in `secs` seconds: its entry lives
+/// exactly `secs` seconds after a request.
+fn lives_for(secs: u64) -> Algorithm {
+    Algorithm::TokenBucket {
+        capacity: 1,
+        refill_per_second: 1.0 / secs as f64,
+    }
+}
+
+#[test]
+fn a_full_store_evicts_the_entries_closest_to_expiry_first() {
+    // One shard makes the order exact (with many, each shard keeps it).
+    let (store, _clock) = store();
+    let store = store.with_max_entries(1_000).with_shards(1);
+    let key = |i: u64| {
+        [Item::new(
+            format!("rw:{{free:{i}}}:burst"),
+            lives_for(i + 1),
+        )]
+    };
+    // Inserted in a scrambled order: entry i lives i + 1 seconds.
+    for n in 0..1_000u64 {
+        let i = (n * 7_919) % 1_000;
+        assert!(store.decide_now(&Batch::consume(&key(i), 1)).allowed);
+    }
+    assert_eq!(store.len(), 1_000);
+    assert_eq!(store.evictions(), 0);
+    // One more, long-lived: a batch of 1000 / 64 = 15 goes, the 15 closest
+    // to expiry.
+    assert!(store.decide_now(&Batch::consume(&key(5_000), 1)).allowed);
+    assert_eq!(store.evictions(), 15);
+    assert_eq!(store.len(), 1_000 - 15 + 1);
+    for i in 0..1_000u64 {
+        let d = store.decide_now(&Batch::peek(&key(i)));
+        let evicted = d.verdicts[0].remaining == 1.0;
+        assert_eq!(evicted, i < 15, "entry {i} living {} s", i + 1);
+    }
+}
+
+#[test]
+fn a_full_store_never_evicts_what_the_request_it_admits_just_charged() {
+    let (store, _clock) = store();
+    let store = store.with_max_entries(1_000).with_shards(1);
+    for i in 0..1_000u64 {
+        assert!(store.decide_now(&Batch::consume(&day_key(i), 1)).allowed);
+    }
+    // A new identity whose burst entry would be the closest to expiry of
+    // the whole store: it is written after room was made, so it stays.
+    let items = [
+        Item::new("rw:{free:new}:burst", lives_for(1)),
+        Item::new("rw:{free:new}:day", day(1000)),
+    ];
+    assert!(store.decide_now(&Batch::consume(&items, 1)).allowed);
+    let peek = store.decide_now(&Batch::peek(&items));
+    assert_eq!(peek.verdicts[0].remaining, 0.0, "the burst token is spent");
+    assert_eq!(peek.verdicts[1].remaining, 999.0);
+    assert!(store.len() <= 1_000);
+}
+
+/// Collects what a store reports.
+#[derive(Default)]
+struct Reported {
+    evicted: AtomicU64,
+    calls: AtomicU64,
+}
+
+impl StoreObserver for Reported {
+    fn evicted(&self, shard: &str, n: u64) {
+        assert_eq!(shard, "memory");
+        self.evicted.fetch_add(n, Ordering::SeqCst);
+        self.calls.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn every_eviction_is_reported_to_the_observer_which_hears_of_the_store_at_once() {
+    let (store, _clock) = store();
+    let store = store.with_max_entries(1_000);
+    let seen = Arc::new(Reported::default());
+    store.observe(seen.clone());
+    assert_eq!(
+        seen.calls.load(Ordering::SeqCst),
+        1,
+        "a zero count at start, so the metric exists before any eviction"
+    );
+    assert_eq!(seen.evicted.load(Ordering::SeqCst), 0);
+    for i in 0..5_000u64 {
+        store.decide_now(&Batch::consume(&day_key(i), 1));
+    }
+    assert!(store.evictions() >= 4_000);
+    assert_eq!(seen.evicted.load(Ordering::SeqCst), store.evictions());
+}
+
+#[test]
+fn expired_entries_are_swept_on_time_not_only_when_a_shard_doubles() {
+    let (store, clock) = store();
+    // One new identity per millisecond, each entry living one second, for
+    // 100 seconds. A shard touched by decisions is swept every 10 s, so at
+    // most about 11 s of arrivals are held (11,000 entries). Sweeping only
+    // when a shard doubles past 1024 would let 64 × 1024 pile up.
+    let alg = lives_for(1);
+    let mut most = 0;
+    for i in 0..100_000u64 {
+        let items = [Item::new(
+            format!("rw:{{anonymous:{i:x}}}:burst"),
+            alg.clone(),
+        )];
+        assert!(store.decide_now(&Batch::consume(&items, 1)).allowed);
+        clock.advance_us(1_000);
+        if i > 20_000 && i % 1_000 == 0 {
+            most = most.max(store.len());
+        }
+    }
+    assert!(most <= 13_000, "{most} entries held, about 1,000 live");
+    assert_eq!(store.evictions(), 0, "expired entries are not evictions");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_store_sweeps_itself_and_gives_the_memory_of_a_spike_back() {
+    let (store, clock) = store();
+    // A spike of 300,000 identities, each entry living one second.
+    for i in 0..300_000u64 {
+        let items = [Item::new(
+            format!("rw:{{anonymous:{i:x}}}:burst"),
+            lives_for(1),
+        )];
+        store.decide_now(&Batch::consume(&items, 1));
+    }
+    let spike = store.capacity();
+    assert!(spike >= 300_000);
+    clock.advance_us(2 * SEC);
+    // No request comes; the background sweep runs on its own.
+    tokio::time::sleep(std::time::Duration::from_secs(11)).await;
+    assert_eq!(store.len(), 0);
+    let after = store.capacity();
+    assert!(
+        after * 10 < spike,
+        "{after} slots still allocated after a spike of {spike}"
     );
 }

@@ -26,9 +26,9 @@ pub use config::{ConfigError, parse_duration};
 pub use limit::{Limit, Scope};
 pub use route::{RouteRule, path_matches};
 pub use settings::{
-    AnonymousMode, BreakerSettings, DashboardSettings, FailurePolicy, IdentitySettings, IpNet,
-    KeyDisplay, ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings,
-    ip_in as settings_ip_in,
+    AnonymousMode, BreakerSettings, DEFAULT_MAX_ENTRIES, DEFAULT_REDIS_URL, DashboardSettings,
+    FailurePolicy, IdentitySettings, IpNet, KeyDisplay, ResilienceSettings, StoreKind,
+    StoreSettings, TelemetrySettings, ip_in as settings_ip_in,
 };
 pub use tier::Tier;
 

@@ -34,6 +34,9 @@ pub const BREAKER_STATE: &str = "ratewatch_breaker_state";
 pub const BREAKER_TRIPS_TOTAL: &str = "ratewatch_breaker_trips_total";
 /// Lua scripts reloaded after `NOSCRIPT`: counter {shard}.
 pub const SCRIPT_RELOADS_TOTAL: &str = "ratewatch_script_reloads_total";
+/// Live memory-store entries evicted to stay under `[store] max_entries`
+/// (each a counter reset): counter {shard}.
+pub const STORE_EVICTIONS_TOTAL: &str = "ratewatch_store_evictions_total";
 /// Decision events the fleet view lost: counter {reason}.
 pub const TELEMETRY_DROPPED_TOTAL: &str = "ratewatch_telemetry_dropped_total";
 /// Always 1, labelled with the crate version: gauge {version}.
@@ -141,6 +144,10 @@ pub fn describe() {
         "Lua scripts reloaded after NOSCRIPT, by shard."
     );
     describe_counter!(
+        STORE_EVICTIONS_TOTAL,
+        "Live memory-store entries evicted to stay under max_entries (each a counter reset), by shard."
+    );
+    describe_counter!(
         TELEMETRY_DROPPED_TOTAL,
         "Decision events the fleet view lost, by reason."
     );
@@ -214,6 +221,11 @@ pub fn record_breaker_trip(shard: &str) {
 /// Counts a Lua script reload after `NOSCRIPT`.
 pub fn record_script_reload(shard: &str) {
     counter!(SCRIPT_RELOADS_TOTAL, LABEL_SHARD => shard.to_owned()).increment(1);
+}
+
+/// Counts `n` memory-store evictions on `shard` (0 makes the series exist).
+pub fn record_store_evictions(shard: &str, n: u64) {
+    counter!(STORE_EVICTIONS_TOTAL, LABEL_SHARD => shard.to_owned()).increment(n);
 }
 
 /// Records one Redis round trip.
