@@ -4,6 +4,8 @@
 //! counted, periodic sweeps that give memory back); expired keys deciding
 //! like fresh ones.
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -450,5 +452,89 @@ async fn an_idle_store_sweeps_itself_and_gives_the_memory_of_a_spike_back() {
     assert!(
         after * 10 < spike,
         "{after} slots still allocated after a spike of {spike}"
+    );
+}
+
+#[test]
+fn a_max_entries_below_a_thousand_is_a_config_error_naming_file_line_and_field() {
+    let text = "[store]\nkind = \"memory\"\nmax_entries = 10\n";
+    let err = ratewatch::Policy::from_toml_str(text, Some("ratewatch.toml"))
+        .expect_err("a cap of 10 entries is refused");
+    assert_eq!(err.field(), Some("store.max_entries"), "{err}");
+    assert_eq!(err.line(), Some(3), "{err}");
+    let shown = err.to_string();
+    assert!(
+        shown.starts_with("ratewatch.toml:3: `store.max_entries` ") && shown.contains("1000"),
+        "{shown}"
+    );
+}
+
+/// The value of `ratewatch_store_evictions_total{shard="memory"}` in a
+/// scrape, if the series exists.
+fn evictions_in(scrape: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix("ratewatch_store_evictions_total{shard=\"memory\"} "))
+        .map(|v| v.trim().parse().expect("a number"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_inventing_keys_against_the_server_meets_the_cap_and_is_counted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("ratewatch.toml");
+    std::fs::write(
+        &config,
+        r#"
+[store]
+kind = "memory"
+max_entries = 1000
+
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [
+  { name = "burst", algorithm = "token_bucket", capacity = 10, refill_per_second = 1 },
+  { name = "day", algorithm = "fixed_window", limit = 1000, window = "1d" },
+]
+
+[[tiers]]
+name = "anonymous"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 30, refill_per_second = 1 }]
+"#,
+    )
+    .expect("write config");
+    let server = support::Ratewatch::start("serve", Some(&config), &[]);
+    let client = reqwest::Client::new();
+    let scrape = || async {
+        client
+            .get(format!("{}/metrics", server.url()))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text")
+    };
+    assert_eq!(
+        evictions_in(&scrape().await),
+        Some(0.0),
+        "the eviction count exists at zero from start-up"
+    );
+    // 3,000 invented keys, two entries each, against a cap of 1,000.
+    const KEYS: u64 = 3_000;
+    for i in 0..KEYS {
+        let status = client
+            .get(format!("{}/api/users", server.url()))
+            .header("x-api-key", format!("free_invented_{i:08x}"))
+            .send()
+            .await
+            .expect("server answers")
+            .status();
+        assert_eq!(status, 200, "a fresh identity is admitted");
+    }
+    let evicted = evictions_in(&scrape().await).expect("the series exists");
+    assert!(
+        evicted >= (2 * KEYS - 1_000) as f64,
+        "{evicted} evictions: the store held more than its 1,000 entries"
     );
 }

@@ -124,14 +124,15 @@ impl LimiterBuilder {
             Some(s) => s,
             None => open_store(&policy, self.clock.clone()).await?,
         };
-        let observer: Arc<dyn crate::store::StoreObserver> = Arc::new(StoreMetrics);
-        store.observe(observer.clone());
         let telemetry = self
             .telemetry
             .unwrap_or_else(|| Telemetry::for_store(&policy.telemetry, &policy.store));
         if let Err(e) = metrics::install_prometheus() {
             tracing::warn!(error = %e, "another metrics recorder is installed; /metrics will be empty");
         }
+        // After the recorder: the store's counts exist at zero from here on.
+        let observer: Arc<dyn crate::store::StoreObserver> = Arc::new(StoreMetrics);
+        store.observe(observer.clone());
         let breakers =
             (store.kind() != "memory").then(|| ShardBreakers::new(policy.resilience.breaker));
         let prefix_resolver = PrefixResolver::new(policy.clone());

@@ -20,10 +20,11 @@ pub enum StoreKind {
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
 /// Default `[store] max_entries`: the memory store's cap on live entries.
-/// An entry takes about 150 bytes (see the README's memory figures), so the
-/// cap holds the store to a few hundred MB whatever identities clients
-/// invent.
-pub const DEFAULT_MAX_ENTRIES: usize = 2_000_000;
+/// A hash-table slot takes 65 bytes and, under the churn of evictions, a
+/// table keeps at least half its slots free, so each of the 64 shards'
+/// 27,343 entries sits in a table of 65,536 slots: about 270 MB at the cap
+/// whatever identities clients invent (see the README's memory figures).
+pub const DEFAULT_MAX_ENTRIES: usize = 1_750_000;
 
 /// Bounds of `[store] max_entries`: below a thousand entries the cap would
 /// evict live counters of an ordinary load; past a billion it bounds

@@ -6,7 +6,9 @@
 //! and only if all admit are the new states written.
 //!
 //! Memory stays bounded whatever clients invent:
-//! - Entries carry their expiry. A shard drops expired entries when it has
+//! - An entry is a 128-bit keyed hash of its key (no allocation per key:
+//!   about 100 bytes an entry, and a swept map gives all of it back) and
+//!   its state, with its expiry. Entries carry their expiry. A shard drops expired entries when it has
 //!   doubled in size since its last sweep (amortised O(1) per insert), when
 //!   a decision touches it and its last sweep is older than
 //!   [`SWEEP_INTERVAL_US`], and, inside a tokio runtime, from a background
@@ -43,8 +45,13 @@ struct Entry {
     expires_at: Micros,
 }
 
+/// A store key as the maps hold it: two independent 64-bit keyed hashes.
+/// Keys cannot be chosen to collide without the process's random seeds, and
+/// 2 million live entries collide by chance with odds of about 1e-26.
+type Key = u128;
+
 struct Shard {
-    map: HashMap<Box<str>, Entry, ahash::RandomState>,
+    map: HashMap<Key, Entry, ahash::RandomState>,
     sweep_at_len: usize,
     swept_at: Micros,
     /// Most entries this shard may hold.
@@ -61,9 +68,9 @@ impl Shard {
         }
     }
 
-    fn live(&self, key: &str, now: Micros) -> Option<&State> {
+    fn live(&self, key: Key, now: Micros) -> Option<&State> {
         self.map
-            .get(key)
+            .get(&key)
             .filter(|e| e.expires_at > now)
             .map(|e| &e.state)
     }
@@ -113,14 +120,14 @@ impl Shard {
         evict as u64
     }
 
-    fn put(&mut self, key: &str, state: State, expires_at: Micros, now: Micros) {
-        match self.map.get_mut(key) {
+    fn put(&mut self, key: Key, state: State, expires_at: Micros, now: Micros) {
+        match self.map.get_mut(&key) {
             Some(e) => {
                 e.state = state;
                 e.expires_at = expires_at;
             }
             None => {
-                self.map.insert(key.into(), Entry { state, expires_at });
+                self.map.insert(key, Entry { state, expires_at });
                 if self.map.len() > self.sweep_at_len {
                     self.sweep(now);
                 }
@@ -136,7 +143,7 @@ type Observer = Arc<RwLock<Option<Arc<dyn StoreObserver>>>>;
 #[derive(Clone)]
 pub struct MemoryStore {
     shards: Arc<[Mutex<Shard>]>,
-    hasher: ahash::RandomState,
+    hashers: (ahash::RandomState, ahash::RandomState),
     clock: Arc<dyn Clock>,
     shard_label: Arc<str>,
     max_entries: usize,
@@ -199,7 +206,7 @@ impl MemoryStore {
                 .map(|_| Mutex::new(Shard::new(cap)))
                 .collect::<Vec<_>>()
                 .into(),
-            hasher: ahash::RandomState::new(),
+            hashers: (ahash::RandomState::new(), ahash::RandomState::new()),
             clock,
             shard_label: label,
             max_entries,
@@ -278,14 +285,21 @@ impl MemoryStore {
         }
     }
 
-    fn shard_of(&self, key: &str) -> usize {
-        (self.hasher.hash_one(key) as usize) % self.shards.len()
+    /// The shard and the map key of a store key.
+    fn locate(&self, key: &str) -> (usize, Key) {
+        let high = self.hashers.0.hash_one(key);
+        let low = self.hashers.1.hash_one(key);
+        (
+            (high as usize) % self.shards.len(),
+            (u128::from(high) << 64) | u128::from(low),
+        )
     }
 
     /// Decides a batch synchronously (the store never awaits).
     pub fn decide_now(&self, batch: &Batch<'_>) -> StoreDecision {
         let now = batch.now.unwrap_or_else(|| self.clock.now_us());
-        let idx: Vec<usize> = batch.items.iter().map(|i| self.shard_of(&i.key)).collect();
+        let located: Vec<(usize, Key)> = batch.items.iter().map(|i| self.locate(&i.key)).collect();
+        let idx: Vec<usize> = located.iter().map(|&(shard, _)| shard).collect();
         let mut order = idx.clone();
         order.sort_unstable();
         order.dedup();
@@ -305,9 +319,9 @@ impl MemoryStore {
 
         let cost = batch.effective_cost();
         let mut steps = Vec::with_capacity(batch.items.len());
-        for (item, &shard) in batch.items.iter().zip(&idx) {
+        for (item, &(shard, key)) in batch.items.iter().zip(&located) {
             let g = guard(&guards, shard);
-            let state = guards[g].1.live(&item.key, now);
+            let state = guards[g].1.live(key, now);
             steps.push(item.algorithm.decide(state, now, cost));
         }
         let mut verdicts: Vec<_> = steps.iter().map(|s| s.verdict).collect();
@@ -318,9 +332,9 @@ impl MemoryStore {
             // written, so a full shard never evicts what this request just
             // charged.
             let mut new_keys = vec![0usize; guards.len()];
-            for ((item, &shard), step) in batch.items.iter().zip(&idx).zip(&steps) {
+            for (&(shard, key), step) in located.iter().zip(&steps) {
                 let g = guard(&guards, shard);
-                if step.state.is_some() && !guards[g].1.map.contains_key(item.key.as_str()) {
+                if step.state.is_some() && !guards[g].1.map.contains_key(&key) {
                     new_keys[g] += 1;
                 }
             }
@@ -329,12 +343,10 @@ impl MemoryStore {
                     evicted += guards[g].1.make_room(need, now);
                 }
             }
-            for ((item, &shard), step) in batch.items.iter().zip(&idx).zip(steps) {
+            for (&(shard, key), step) in located.iter().zip(steps) {
                 if let Some(state) = step.state {
                     let g = guard(&guards, shard);
-                    guards[g]
-                        .1
-                        .put(&item.key, state, now + step.ttl_us.max(1), now);
+                    guards[g].1.put(key, state, now + step.ttl_us.max(1), now);
                 }
             }
             // A request with more new keys in one shard than the shard may
