@@ -304,8 +304,8 @@ fn the_entry_cap_holds_under_two_million_invented_identities() {
     }
     let len = store.len();
     assert!(len <= CAP, "{len} entries held at the end");
-    // Shards evict a batch at a time, from whichever fills first: the store
-    // stays close to its cap, not far below it.
+    // Shards evict a batch (1/16 of their share) at a time: the store stays
+    // close to its cap, not far below it.
     assert!(len >= CAP * 9 / 10, "only {len} entries kept of {CAP}");
     assert_eq!(
         store.evictions(),
@@ -341,15 +341,15 @@ fn a_full_store_evicts_the_entries_closest_to_expiry_first() {
     }
     assert_eq!(store.len(), 1_000);
     assert_eq!(store.evictions(), 0);
-    // One more, long-lived: a batch of 1000 / 64 = 15 goes, the 15 closest
+    // One more, long-lived: a batch of 1000 / 16 = 62 goes, the 62 closest
     // to expiry.
     assert!(store.decide_now(&Batch::consume(&key(5_000), 1)).allowed);
-    assert_eq!(store.evictions(), 15);
-    assert_eq!(store.len(), 1_000 - 15 + 1);
+    assert_eq!(store.evictions(), 62);
+    assert_eq!(store.len(), 1_000 - 62 + 1);
     for i in 0..1_000u64 {
         let d = store.decide_now(&Batch::peek(&key(i)));
         let evicted = d.verdicts[0].remaining == 1.0;
-        assert_eq!(evicted, i < 15, "entry {i} living {} s", i + 1);
+        assert_eq!(evicted, i < 62, "entry {i} living {} s", i + 1);
     }
 }
 
