@@ -10,8 +10,7 @@
 //!   about 100 bytes an entry, and a swept map gives all of it back) and
 //!   its state, with its expiry. Entries carry their expiry. A shard drops expired entries when it has
 //!   doubled in size since its last sweep (amortised O(1) per insert), when
-//!   a decision touches it and its last sweep is older than
-//!   [`SWEEP_INTERVAL_US`], and, inside a tokio runtime, from a background
+//!   a decision touches it and its last sweep is more than 10 s old, and, inside a tokio runtime, from a background
 //!   task at that interval, so an idle store empties too. A sweep that
 //!   leaves a map mostly empty shrinks it: a spike's memory is given back.
 //! - Each shard holds at most its share of `max_entries`. A shard that is
@@ -36,7 +35,7 @@ const SHARDS: usize = 64;
 const MIN_SWEEP_LEN: usize = 1024;
 /// A shard is swept at least this often (µs) while decisions touch it, and
 /// every shard this often by the background task.
-pub const SWEEP_INTERVAL_US: u64 = 10 * MICROS_PER_SEC;
+const SWEEP_INTERVAL_US: u64 = 10 * MICROS_PER_SEC;
 /// A full shard evicts 1/EVICT_BATCH of its cap at once (at least one):
 /// finding them takes two passes over the shard, so a batch of 1/16 costs
 /// about 32 entry visits per insert (128 at 1/64) and leaves a full shard
@@ -220,8 +219,8 @@ impl MemoryStore {
         store
     }
 
-    /// Inside a tokio runtime, sweeps every shard each
-    /// [`SWEEP_INTERVAL_US`] until the store is dropped, so that an idle
+    /// Inside a tokio runtime, sweeps every shard each `SWEEP_INTERVAL_US`
+    /// until the store is dropped, so that an idle
     /// store gives its memory back too.
     fn spawn_sweeper(&self) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
