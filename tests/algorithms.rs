@@ -626,6 +626,7 @@ proptest! {
                 alg, seen, r.now, seen_still, r.high
             );
         }
+        check_models_with_steps_back(&alg, &records)?;
         if let Algorithm::FixedWindow { limit, .. } = alg {
             // Windows are only ever written forwards, never over quota.
             let mut per_window: HashMap<u64, u64> = HashMap::new();
@@ -642,6 +643,139 @@ proptest! {
         }
         check_common(&alg, &records);
     }
+}
+
+/// The reference models, written for a clock that may step back: each
+/// keeps what the algorithm's state means in absolute time (tokens as of
+/// the latest refill, the TAT, the admissions, the latest window) and must
+/// agree with every verdict.
+fn check_models_with_steps_back(alg: &Algorithm, records: &[Record]) -> Result<(), TestCaseError> {
+    match *alg {
+        Algorithm::TokenBucket {
+            capacity,
+            refill_per_second,
+        } => {
+            // Tokens in units of 1e-8, gaining `centi` units per µs from
+            // the latest refill written, never for time before it. Only an
+            // admission writes.
+            const UNIT: i128 = 100_000_000;
+            let centi = (refill_per_second * 100.0).round() as i128;
+            let cap = capacity as i128 * UNIT;
+            let (mut stored, mut last) = (cap, records[0].now);
+            for r in records {
+                let mut tokens = if r.now > last {
+                    cap.min(stored + (r.now - last) as i128 * centi)
+                } else {
+                    stored
+                };
+                let need = r.cost as i128 * UNIT;
+                let v = r.step.verdict;
+                if v.allowed {
+                    prop_assert!(tokens + 1 >= need, "admitted with {} < {}", tokens, need);
+                    tokens = (tokens - need).max(0);
+                    stored = tokens;
+                    last = last.max(r.now);
+                } else {
+                    prop_assert!(tokens < need + 1, "blocked with {} >= {}", tokens, need);
+                }
+                prop_assert!((v.remaining * UNIT as f64 - tokens as f64).abs() <= 2.0);
+            }
+        }
+        Algorithm::Gcra {
+            rate_per_second,
+            burst,
+        } => check_meter(interval_us(rate_per_second), burst, 0, records)?,
+        Algorithm::LeakyBucket {
+            rate_per_second,
+            capacity,
+            max_delay_us,
+        } => check_meter(
+            interval_us(rate_per_second),
+            capacity,
+            max_delay_us,
+            records,
+        )?,
+        Algorithm::SlidingLog { limit, window_us } => {
+            // Every admission counts while it is less than a window old,
+            // and one logged after `now` counts too.
+            let mut log: Vec<(u64, u64)> = Vec::new();
+            for r in records {
+                let in_window: u64 = log
+                    .iter()
+                    .filter(|&&(t, _)| t + window_us > r.now)
+                    .map(|&(_, c)| c)
+                    .sum();
+                let fits = in_window + r.cost <= limit;
+                prop_assert_eq!(
+                    r.step.verdict.allowed,
+                    fits,
+                    "{} in window at {}",
+                    in_window,
+                    r.now
+                );
+                if fits {
+                    log.retain(|&(t, _)| t + window_us > r.now);
+                    log.push((r.now, r.cost));
+                }
+            }
+        }
+        Algorithm::FixedWindow { limit, window_us } => {
+            // The current window is the later of the clock's and the one
+            // last written.
+            let mut written: Option<(u64, u64)> = None;
+            for r in records {
+                let aligned = r.now - r.now % window_us;
+                let (start, count) = match written {
+                    Some((start, count)) if start >= aligned => (start, count),
+                    _ => (aligned, 0),
+                };
+                let fits = count + r.cost <= limit;
+                prop_assert_eq!(
+                    r.step.verdict.allowed,
+                    fits,
+                    "{} in window {} at {}",
+                    count,
+                    start,
+                    r.now
+                );
+                if fits {
+                    written = Some((start, count + r.cost));
+                }
+            }
+        }
+        // Checked against the clock that stood still and the common
+        // properties only.
+        Algorithm::SlidingWindow { .. } => {}
+    }
+    Ok(())
+}
+
+/// GCRA and the leaky bucket: the absolute time the queue drains, which a
+/// clock stepping back cannot move, so the queue ahead only grows.
+fn check_meter(
+    interval: u64,
+    burst: u64,
+    max_delay: u64,
+    records: &[Record],
+) -> Result<(), TestCaseError> {
+    let mut tat = 0u64;
+    for r in records {
+        let drains = tat.max(r.now);
+        let queued = drains - r.now;
+        let fits = queued + r.cost * interval <= burst * interval
+            && (max_delay == 0 || queued <= max_delay);
+        prop_assert_eq!(
+            r.step.verdict.allowed,
+            fits,
+            "queue {} at {}",
+            queued,
+            r.now
+        );
+        if fits {
+            tat = drains + r.cost * interval;
+        }
+    }
+    Ok(())
 }
 
 /// Every algorithm with a quota of 3 and 10 s to get it back.
