@@ -373,6 +373,17 @@ fn a_full_store_never_evicts_what_the_request_it_admits_just_charged() {
     assert!(store.len() <= 1_000);
 }
 
+#[test]
+fn a_request_with_more_new_keys_than_a_shard_holds_is_decided_and_the_cap_still_holds() {
+    let (store, _clock) = store();
+    let store = store.with_max_entries(1).with_shards(1);
+    let items = free_tier("many", 1000);
+    for _ in 0..3 {
+        assert!(store.decide_now(&Batch::consume(&items, 1)).allowed);
+        assert_eq!(store.len(), 1);
+    }
+}
+
 /// Collects what a store reports.
 #[derive(Default)]
 struct Reported {

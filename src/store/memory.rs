@@ -103,6 +103,10 @@ impl Shard {
         }
         let batch = (self.cap / EVICT_BATCH).max(1);
         let evict = (len + need - self.cap).max(batch).min(len);
+        if evict == 0 {
+            // An empty shard asked for more than it may hold: nothing to evict.
+            return 0;
+        }
         let mut expiries: Vec<Micros> = self.map.values().map(|e| e.expires_at).collect();
         let (_, &mut threshold, _) = expiries.select_nth_unstable(evict - 1);
         // Everything expiring before the threshold goes, and as many of
