@@ -220,7 +220,11 @@ async fn a_layer_inside_a_nested_router_applies_the_full_path_rule() {
     let app = Router::new().nest("/v1", api);
     assert_eq!(admitted_of(app, "key_route_layer", 5).await, 2);
 
-    let metrics = limiter.metrics_handler()().await.1;
+    let res = limiter.metrics_handler()().await;
+    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .expect("metrics body");
+    let metrics = String::from_utf8_lossy(&body).into_owned();
     assert!(
         metrics
             .lines()
