@@ -504,8 +504,8 @@ max_entries = 1000
 name = "free"
 match_prefix = "free_"
 limits = [
-  { name = "burst", algorithm = "token_bucket", capacity = 10, refill_per_second = 1 },
-  { name = "day", algorithm = "fixed_window", limit = 1000, window = "1d" },
+  { name = "burst", algorithm = "token_bucket", capacity = 10, refill_per_second = 0.001 },
+  { name = "hour", algorithm = "sliding_window", limit = 1000, window = "1h" },
 ]
 
 [[tiers]]
@@ -531,7 +531,10 @@ limits = [{ name = "burst", algorithm = "token_bucket", capacity = 30, refill_pe
         Some(0.0),
         "the eviction count exists at zero from start-up"
     );
-    // 3,000 invented keys, two entries each, against a cap of 1,000.
+    // 3,000 invented keys, two entries each, against a cap of 1,000. Both
+    // entries live for many minutes (a burst token takes 1,000 s to come
+    // back, a sliding hour at least an hour), so none expires during the
+    // test: only evictions make room.
     const KEYS: u64 = 3_000;
     for i in 0..KEYS {
         let status = client
