@@ -359,8 +359,12 @@ async fn the_session_cookie_is_secure_when_a_trusted_proxy_says_the_client_used_
 
 #[tokio::test]
 async fn a_trusted_proxy_that_names_no_client_is_not_a_loopback_client() {
-    // The default: a proxy on this host is trusted.
+    // A proxy on this host is trusted.
     let policy = Policy::builder()
+        .identity(ratewatch::policy::IdentitySettings {
+            trusted_proxies: vec!["127.0.0.1/32".parse().unwrap()],
+            ..Default::default()
+        })
         .tier(Tier::new("free").limit(Limit::per_second("burst", 5)))
         .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
         .build()

@@ -462,6 +462,9 @@ async fn behind_a_proxy_on_a_dual_stack_listener_each_client_gets_its_own_quota(
 async fn ipv6_addresses_of_one_prefix_share_one_quota() {
     let file = policy_file(
         r#"
+[identity]
+trusted_proxies = ["127.0.0.1/32"]
+
 [[tiers]]
 name = "free"
 limits = [
