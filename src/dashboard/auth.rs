@@ -14,7 +14,8 @@ struct TokenQuery {
 }
 
 pub(super) async fn guard(State(limiter): State<Limiter>, req: Request, next: Next) -> Response {
-    let settings = &limiter.policy().dashboard;
+    let policy = limiter.policy();
+    let settings = &policy.dashboard;
     if !settings.enabled {
         return StatusCode::NOT_FOUND.into_response();
     }
@@ -23,7 +24,7 @@ pub(super) async fn guard(State(limiter): State<Limiter>, req: Request, next: Ne
         // untrusted X-Forwarded-For hop behind a trusted proxy. Unknown
         // (no ConnectInfo) is not loopback.
         let client = crate::identity::client_ip(
-            &limiter.policy().identity.trusted_proxies,
+            &policy.identity.trusted_proxies,
             req.headers(),
             crate::identity::peer_ip(req.extensions()),
         )

@@ -119,8 +119,20 @@ async fn stats(
     ))
 }
 
-async fn policy(State(limiter): State<Limiter>) -> Json<PolicyView> {
-    Json(PolicyView::of(limiter.policy()))
+/// `/api/policy`: the tiers and limits, and beside them (`live`) the
+/// policy's version and how its reloads went.
+#[derive(serde::Serialize)]
+struct PolicyResponse {
+    #[serde(flatten)]
+    view: PolicyView,
+    live: crate::PolicyStatus,
+}
+
+async fn policy(State(limiter): State<Limiter>) -> Json<PolicyResponse> {
+    Json(PolicyResponse {
+        view: PolicyView::of(&limiter.policy()),
+        live: limiter.policy_status(),
+    })
 }
 
 async fn breakers(State(limiter): State<Limiter>) -> Json<serde_json::Value> {

@@ -26,6 +26,10 @@ pub struct DashboardPage {
     fail_open_pct: String,
     generated: String,
     refresh_ms: u64,
+    /// The policy in force and its reloads (`_policy_status.html`).
+    policy_status: crate::PolicyStatus,
+    /// The latest reload's error, while the latest reload failed.
+    policy_error: Option<String>,
 }
 
 struct RangeLink {
@@ -54,6 +58,11 @@ impl DashboardPage {
     /// The page for `stats` over `range`.
     pub fn new(limiter: &Limiter, stats: FleetStats, range: &'static str) -> Self {
         let policy = limiter.policy();
+        let policy_status = limiter.policy_status();
+        let policy_error = policy_status
+            .last_reload
+            .as_ref()
+            .and_then(|r| r.error.clone());
         let outcomes: Vec<&'static str> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
         let tiers = policy
             .tiers
@@ -124,6 +133,8 @@ impl DashboardPage {
             store_kind: limiter.store().kind(),
             generated: chrono_like_now(),
             refresh_ms: 5_000,
+            policy_status,
+            policy_error,
         }
     }
 }

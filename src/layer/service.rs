@@ -47,8 +47,10 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let limiter = self.limiter.clone();
         ResponseFuture::new(Box::pin(async move {
+            // One policy for the whole request, whatever reloads meanwhile.
+            let limiter = limiter.snapshot();
             let route = limiter.route_for(req.method().as_str(), req.uri().path());
-            if limiter.is_exempt(route) {
+            if limiter.is_exempt(route.as_ref()) {
                 return inner.call(req).await;
             }
             let identity = match limiter.extractor().extract(req.headers(), req.extensions()) {
@@ -56,7 +58,7 @@ where
                 Err(e) => return Ok(response::identity_error(&e)),
             };
             let tier = limiter.resolve_tier(&identity).await;
-            let decision = limiter.check(&identity, &tier, route).await;
+            let decision = limiter.check(&identity, &tier, route.as_ref()).await;
             if !decision.allowed {
                 let jitter = limiter.policy().resilience.retry_after_jitter;
                 return Ok(response::refused(&decision, jitter));

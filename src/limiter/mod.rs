@@ -19,19 +19,27 @@
 
 mod compiled;
 mod decision;
+mod live;
+mod reload;
+mod snapshot;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use decision::{Decision, LimitReport, Source};
+pub use live::{PolicyVersion, RouteMatch};
+pub use reload::{PolicyStatus, ReloadAttempt, ReloadError, ReloadOutcome};
+pub use snapshot::PolicySnapshot;
 
-use compiled::{Compiled, CompiledLimit};
+use arc_swap::ArcSwap;
+use compiled::CompiledLimit;
+use live::{Live, Plugins};
 
 use crate::Error;
 use crate::algorithm::Verdict;
 use crate::clock::{Clock, SystemClock};
-use crate::identity::{HeaderExtractor, Identity, KeyExtractor, PrefixResolver, TierResolver};
+use crate::identity::{Identity, KeyExtractor, TierResolver};
 use crate::policy::{FailurePolicy, Policy, StoreKind};
 use crate::resilience::{Change, ShardBreakers};
 use crate::store::{Batch, MemoryStore, Store, StoreDecision};
@@ -45,15 +53,16 @@ pub struct Limiter {
 }
 
 struct Inner {
-    policy: Arc<Policy>,
-    compiled: Compiled,
+    /// The current policy generation; a reload swaps it whole.
+    live: ArcSwap<Live>,
+    /// The resolver and extractor the app plugged in, kept across reloads.
+    plugins: Plugins,
+    /// Where the policy came from, and how its reloads went.
+    reload: reload::ReloadState,
     store: Arc<dyn Store>,
     /// The local fallback's counters, one store per failed shard, so a
     /// shard coming back drops its own counts and nobody else's.
     local: LocalFallback,
-    resolver: Arc<dyn TierResolver>,
-    prefix_resolver: PrefixResolver,
-    extractor: Arc<dyn KeyExtractor>,
     telemetry: Telemetry,
     clock: Arc<dyn Clock>,
     /// One breaker per shard; none for the memory store, which cannot fail.
@@ -64,7 +73,7 @@ impl std::fmt::Debug for Limiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Limiter")
             .field("store", &self.inner.store.kind())
-            .field("tiers", &self.inner.policy.tiers.len())
+            .field("policy", &self.inner.live.load().version)
             .finish()
     }
 }
@@ -77,6 +86,7 @@ pub struct LimiterBuilder {
     extractor: Option<Arc<dyn KeyExtractor>>,
     clock: Arc<dyn Clock>,
     telemetry: Option<Telemetry>,
+    source: reload::Source,
 }
 
 impl LimiterBuilder {
@@ -116,7 +126,7 @@ impl LimiterBuilder {
     /// answer by failure policy until it appears.
     pub async fn build(self) -> Result<Limiter, Error> {
         self.policy.validate()?;
-        let policy = Arc::new(self.policy);
+        let policy = self.policy;
         let store = match self.store {
             Some(s) => s,
             None => open_store(&policy, self.clock.clone()).await?,
@@ -129,23 +139,23 @@ impl LimiterBuilder {
         }
         let breakers =
             (store.kind() != "memory").then(|| ShardBreakers::new(policy.resilience.breaker));
-        let prefix_resolver = PrefixResolver::new(policy.clone());
+        let plugins = Plugins {
+            resolver: self.resolver,
+            extractor: self.extractor,
+        };
+        let live = Live::new(policy, &plugins);
+        reload::started(&live.version);
+        telemetry.set_policy_version(&live.version);
         Ok(Limiter {
             inner: Arc::new(Inner {
-                compiled: Compiled::new(&policy),
+                reload: reload::ReloadState::new(self.source, &live.version),
+                live: ArcSwap::from_pointee(live),
+                plugins,
                 local: LocalFallback::new(self.clock.clone()),
-                resolver: self
-                    .resolver
-                    .unwrap_or_else(|| Arc::new(prefix_resolver.clone())),
-                prefix_resolver,
-                extractor: self
-                    .extractor
-                    .unwrap_or_else(|| Arc::new(HeaderExtractor::new(policy.identity.clone()))),
                 store,
                 telemetry,
                 clock: self.clock,
                 breakers,
-                policy,
             }),
         })
     }
@@ -177,9 +187,14 @@ impl Limiter {
         Self::builder(policy).build().await
     }
 
-    /// Loads a TOML policy file and builds its limiter.
+    /// Loads a TOML policy file and builds its limiter; [`Limiter::reload`]
+    /// re-reads the same file.
     pub async fn from_config_file(path: impl AsRef<Path>) -> Result<Self, Error> {
-        Self::new(Policy::from_toml_file(path)?).await
+        let path = path.as_ref();
+        Self::builder(Policy::from_toml_file(path)?)
+            .with_source_file(path)
+            .build()
+            .await
     }
 
     /// Starts a limiter with custom parts.
@@ -191,12 +206,21 @@ impl Limiter {
             extractor: None,
             clock: Arc::new(SystemClock),
             telemetry: None,
+            source: reload::Source::default(),
         }
     }
 
-    /// The policy.
-    pub fn policy(&self) -> &Policy {
-        &self.inner.policy
+    /// The policy in force now (a reload may replace it at any time: take
+    /// a [`Limiter::snapshot`] to use one policy for a whole request).
+    pub fn policy(&self) -> Arc<Policy> {
+        self.inner.live.load().policy.clone()
+    }
+
+    /// The limiter pinned to the policy in force now: route matching, tier
+    /// resolution and the decision of one request all use that one policy,
+    /// whatever reloads happen meanwhile. One atomic load.
+    pub fn snapshot(&self) -> PolicySnapshot {
+        PolicySnapshot::new(self.clone(), self.inner.live.load_full())
     }
 
     /// The store decisions go to.
@@ -209,9 +233,9 @@ impl Limiter {
         &self.inner.telemetry
     }
 
-    /// The identity extractor.
-    pub fn extractor(&self) -> &Arc<dyn KeyExtractor> {
-        &self.inner.extractor
+    /// The identity extractor of the policy in force now.
+    pub fn extractor(&self) -> Arc<dyn KeyExtractor> {
+        self.inner.live.load().extractor.clone()
     }
 
     /// The clock of the memory store and the local fallback.
@@ -219,41 +243,33 @@ impl Limiter {
         &self.inner.clock
     }
 
-    /// The tier of `identity`: the resolver's answer if it names a known
-    /// tier, else the key-prefix rule.
+    /// The tier of `identity` under the policy in force now: the
+    /// resolver's answer if it names a known tier, else the key-prefix rule.
     pub async fn resolve_tier(&self, identity: &Identity) -> String {
-        match self.inner.resolver.resolve(identity).await {
-            Some(t) if self.inner.compiled.tiers.contains_key(&t) => t,
-            Some(t) => {
-                tracing::warn!(tier = %t, "tier resolver named an unknown tier; using the key-prefix rule");
-                self.inner.prefix_resolver.tier_of(identity)
-            }
-            None => self.inner.prefix_resolver.tier_of(identity),
-        }
+        self.snapshot().resolve_tier(identity).await
     }
 
-    /// The index of the route rule matching a request, if any.
+    /// The route rule matching a request under the policy in force now, if
+    /// any. The match keeps its policy: [`Limiter::check`] decides under it.
     pub fn route_for(&self, method: &str, path: &str) -> Option<RouteMatch> {
-        self.inner
-            .compiled
-            .route_index(method, path)
-            .map(|index| RouteMatch { index })
+        self.snapshot().route_for(method, path)
     }
 
     /// Whether the matched route is exempt from limiting.
-    pub fn is_exempt(&self, route: Option<RouteMatch>) -> bool {
-        route.is_some_and(|r| self.inner.compiled.routes[r.index].rule.exempt)
+    pub fn is_exempt(&self, route: Option<&RouteMatch>) -> bool {
+        route.is_some_and(RouteMatch::is_exempt)
     }
 
     /// Decides one request of `identity` in `tier` on `route` (cost from the
-    /// route rule, 1 otherwise) and records the event.
+    /// route rule, 1 otherwise) and records the event. With a route, the
+    /// policy that matched it decides; without, the policy in force now.
     pub async fn check(
         &self,
         identity: &Identity,
         tier: &str,
         route: Option<RouteMatch>,
     ) -> Decision {
-        self.run(identity, tier, route, false).await
+        self.snapshot().check(identity, tier, route.as_ref()).await
     }
 
     /// Reports every limit's quota for `identity` without consuming any.
@@ -263,22 +279,24 @@ impl Limiter {
         tier: &str,
         route: Option<RouteMatch>,
     ) -> Decision {
-        self.run(identity, tier, route, true).await
+        self.snapshot().peek(identity, tier, route.as_ref()).await
     }
 
+    /// Decides under one policy generation, `live`, from start to end.
     async fn run(
         &self,
+        live: &Live,
         identity: &Identity,
         tier: &str,
-        route: Option<RouteMatch>,
+        route_idx: Option<usize>,
         peek: bool,
     ) -> Decision {
         let inner = &*self.inner;
-        let c = &inner.compiled;
+        let c = &live.compiled;
         let tier = c
             .tiers
             .get(tier)
-            .or_else(|| c.tiers.get(&inner.policy.identity.default_tier))
+            .or_else(|| c.tiers.get(&live.policy.identity.default_tier))
             .or_else(|| c.tiers.values().next());
         let Some(tier) = tier else {
             // A policy without tiers limits nothing.
@@ -296,7 +314,6 @@ impl Limiter {
                 decided_at: inner.clock.now_us(),
             };
         };
-        let route_idx = route.map(|r| r.index);
         let cost = route_idx.map_or(1, |i| c.routes[i].rule.cost);
         let (items, limits) = c.items(tier, route_idx, identity, false);
         let batch = if peek {
@@ -306,7 +323,7 @@ impl Limiter {
         };
         let failure = route_idx.map_or(c.default_failure, |i| c.routes[i].failure);
 
-        let decision = match self.ask_store(&batch).await {
+        let decision = match self.ask_store(&batch, live.policy.store.timeout).await {
             Ok(d) => {
                 let source = Source::Store {
                     shard: d.shard.clone(),
@@ -316,7 +333,7 @@ impl Limiter {
             Err(f) => {
                 let shard = f.shard.unwrap_or_else(|| "memory".into());
                 let mut d = self.fallback(
-                    tier, route_idx, identity, &batch, shard, f.reason, failure, &limits,
+                    live, tier, route_idx, identity, &batch, shard, f.reason, failure, &limits,
                 );
                 // Failing closed behind an open breaker: retry once it lets a
                 // probe through.
@@ -329,7 +346,7 @@ impl Limiter {
             }
         };
         if !peek {
-            self.record(&decision, route_idx, identity, cost);
+            self.record(live, &decision, route_idx, identity, cost);
         }
         decision
     }
@@ -339,7 +356,11 @@ impl Limiter {
     /// slots). A timed-out call is never retried. On failure: the reason,
     /// how long until an open breaker lets a probe go, and the shard to
     /// blame.
-    async fn ask_store(&self, batch: &Batch<'_>) -> Result<StoreDecision, StoreFailure> {
+    async fn ask_store(
+        &self,
+        batch: &Batch<'_>,
+        budget: Duration,
+    ) -> Result<StoreDecision, StoreFailure> {
         let inner = &*self.inner;
         let mut shards: Vec<Arc<str>> = Vec::with_capacity(1);
         for item in batch.items {
@@ -369,7 +390,6 @@ impl Limiter {
                 }
             }
         }
-        let budget = inner.policy.store.timeout;
         let decide = inner.store.decide(batch);
         // A store without breakers (the memory store) never waits on
         // anything: no timer is needed around it.
@@ -440,6 +460,7 @@ impl Limiter {
     #[allow(clippy::too_many_arguments)]
     fn fallback(
         &self,
+        live: &Live,
         tier: &compiled::CompiledTier,
         route: Option<usize>,
         identity: &Identity,
@@ -458,8 +479,7 @@ impl Limiter {
             FailurePolicy::Open | FailurePolicy::Closed => {
                 let allowed = policy == FailurePolicy::Open;
                 let retry = (!allowed).then(|| {
-                    self.inner
-                        .policy
+                    live.policy
                         .resilience
                         .breaker
                         .open
@@ -497,7 +517,7 @@ impl Limiter {
                 }
             }
             FailurePolicy::Local => {
-                let (items, _) = self.inner.compiled.items(tier, route, identity, true);
+                let (items, _) = live.compiled.items(tier, route, identity, true);
                 let local = Batch {
                     items: &items,
                     ..*batch
@@ -514,8 +534,15 @@ impl Limiter {
         }
     }
 
-    fn record(&self, d: &Decision, route: Option<usize>, identity: &Identity, cost: u64) {
-        let c = &self.inner.compiled;
+    fn record(
+        &self,
+        live: &Live,
+        d: &Decision,
+        route: Option<usize>,
+        identity: &Identity,
+        cost: u64,
+    ) {
+        let c = &live.compiled;
         // A fallback that counted nothing exceeded nothing.
         let exceeded: Vec<Arc<str>> = d
             .limits
@@ -534,7 +561,7 @@ impl Limiter {
             exceeded,
             outcome: d.outcome,
             shard: d.source.shard().clone(),
-            identity: identity.display(self.inner.policy.telemetry.key_display),
+            identity: identity.display(live.policy.telemetry.key_display),
             cost,
             redis_rtt: d.store_rtt,
             fallback,
@@ -592,12 +619,6 @@ struct StoreFailure {
     breaker_wait: Option<Duration>,
     /// The shard to blame (and to label the fallback with).
     shard: Option<Arc<str>>,
-}
-
-/// A matched route rule (an index into the policy's routes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RouteMatch {
-    index: usize,
 }
 
 fn build(

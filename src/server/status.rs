@@ -17,6 +17,8 @@ struct Status {
     tier: String,
     identity: String,
     limits: Vec<LimitStatus>,
+    /// The version and content hash of the policy that answered.
+    policy: crate::PolicyVersion,
 }
 
 #[derive(Serialize)]
@@ -63,6 +65,8 @@ pub(super) async fn status(
     Extension(guard): Extension<StatusGuard>,
     req: Request,
 ) -> Response {
+    // One policy answers the whole look, whatever reloads meanwhile.
+    let limiter = limiter.snapshot();
     let identity = match limiter.extractor().extract(req.headers(), req.extensions()) {
         Ok(id) => id,
         Err(e) => return crate::layer::identity_error_response(&e),
@@ -85,6 +89,7 @@ pub(super) async fn status(
     }
     let tier = limiter.resolve_tier(&identity).await;
     let d = limiter.peek(&identity, &tier, None).await;
+    let policy = limiter.version().clone();
     let body = Status {
         tier: d.tier.to_string(),
         identity: identity.masked(),
@@ -100,6 +105,7 @@ pub(super) async fn status(
                 shadow: l.shadow,
             })
             .collect(),
+        policy,
     };
     let mut res = Json(body).into_response();
     headers::insert(res.headers_mut(), &d);

@@ -120,6 +120,9 @@ struct Inner {
     /// interleave.
     flushing: tokio::sync::Mutex<()>,
     closed: AtomicBool,
+    /// `version#hash` of the policy in force, carried by every flush so the
+    /// fleet view shows which instances run which policy.
+    policy: Mutex<Option<Arc<str>>>,
 }
 
 /// What one pipeline holds until its next flush.
@@ -222,6 +225,7 @@ impl Telemetry {
             settings: settings.clone(),
             flushing: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
+            policy: Mutex::new(None),
         });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(flush_loop(Arc::downgrade(&inner), settings.flush_interval));
@@ -241,6 +245,14 @@ impl Telemetry {
     /// Counts a breaker trip in Prometheus and in the fleet view.
     pub fn record_breaker_trip(&self, shard: &str) {
         metrics::record_breaker_trip(shard);
+    }
+
+    /// Names the policy this instance runs in the fleet view from the next
+    /// flush on.
+    pub fn set_policy_version(&self, version: &crate::limiter::PolicyVersion) {
+        if let Some(inner) = &self.inner {
+            *inner.policy.lock() = Some(format!("{}#{}", version.version, version.hash).into());
+        }
     }
 
     /// Flushes the current aggregate into the fleet view now.
