@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use ratewatch::policy::{Policy, StoreKind};
@@ -43,6 +44,10 @@ struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "RATEWATCH_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// How often the policy file is checked for changes, in milliseconds
+    /// (0: reload on SIGHUP only).
+    #[arg(long, env = "RATEWATCH_RELOAD_POLL_MS", default_value_t = 1000)]
+    reload_poll_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -84,6 +89,14 @@ fn load_policy(config: Option<&std::path::Path>) -> Result<Policy, ratewatch::po
         Some(path) => Policy::from_toml_file(path)?,
         None => Policy::from_toml_str(DEFAULT_CONFIG, Some("<built-in ratewatch.toml>"))?,
     };
+    apply_env(&mut policy);
+    Ok(policy)
+}
+
+/// The environment's overrides, applied to the policy at start-up and to
+/// every policy a reload reads (so a reload does not report them as
+/// changed settings).
+fn apply_env(policy: &mut Policy) {
     if let Ok(url) = std::env::var("RATEWATCH_REDIS_URL") {
         let urls: Vec<String> = url.split(',').map(|s| s.trim().to_owned()).collect();
         match policy.store.kind {
@@ -94,7 +107,6 @@ fn load_policy(config: Option<&std::path::Path>) -> Result<Policy, ratewatch::po
             }
         }
     }
-    Ok(policy)
 }
 
 fn run(args: ServeArgs, demo: bool) -> ExitCode {
@@ -113,12 +125,22 @@ fn run(args: ServeArgs, demo: bool) -> ExitCode {
         }
     };
     let result = runtime.block_on(async move {
-        let limiter = Limiter::new(policy).await?;
+        let mut builder = Limiter::builder(policy);
+        if let Some(file) = &args.config {
+            builder = builder.with_source_file(file).with_policy_adjust(apply_env);
+        }
+        let limiter = builder.build().await?;
+        let reloader = server::spawn_reloader(
+            limiter.clone(),
+            args.config.clone(),
+            Duration::from_millis(args.reload_poll_ms),
+        )?;
         let traffic = demo.then(|| server::spawn_demo_traffic(server::app(limiter.clone())));
         let served = server::serve(limiter.clone(), args.listen).await;
         if let Some(t) = traffic {
             t.abort();
         }
+        reloader.abort();
         limiter.shutdown().await;
         served.map_err(ratewatch::Error::from)
     });

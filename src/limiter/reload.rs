@@ -146,7 +146,10 @@ impl LimiterBuilder {
 
     /// Applies `adjust` to every policy a reload reads from the source file
     /// (overrides from the environment, for instance) before validating it.
-    pub fn with_policy_adjust(mut self, adjust: impl Fn(&mut Policy) + Send + Sync + 'static) -> Self {
+    pub fn with_policy_adjust(
+        mut self,
+        adjust: impl Fn(&mut Policy) + Send + Sync + 'static,
+    ) -> Self {
         self.source.adjust = Some(Arc::new(adjust));
         self
     }
@@ -303,7 +306,12 @@ mod tests {
         let (kept, changed) = keep_restart_settings(&running, new);
         assert_eq!(
             changed,
-            ["store.kind", "store.url", "store.key_prefix", "telemetry.top_keys"]
+            [
+                "store.kind",
+                "store.url",
+                "store.key_prefix",
+                "telemetry.top_keys"
+            ]
         );
         assert_eq!(kept.store.kind, StoreKind::Memory);
         assert_eq!(kept.store.url, None);

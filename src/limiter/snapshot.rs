@@ -89,7 +89,12 @@ impl PolicySnapshot {
     /// Decides one request and records the event. A route keeps the policy
     /// that matched it, so a route from another snapshot decides under its
     /// own policy, never against this one's routes.
-    pub async fn check(&self, identity: &Identity, tier: &str, route: Option<&RouteMatch>) -> Decision {
+    pub async fn check(
+        &self,
+        identity: &Identity,
+        tier: &str,
+        route: Option<&RouteMatch>,
+    ) -> Decision {
         let live = route.map_or(&self.live, |r| &r.live);
         self.limiter
             .run(live, identity, tier, route.map(|r| r.index), false)
@@ -97,7 +102,12 @@ impl PolicySnapshot {
     }
 
     /// Reports every limit's quota for `identity` without consuming any.
-    pub async fn peek(&self, identity: &Identity, tier: &str, route: Option<&RouteMatch>) -> Decision {
+    pub async fn peek(
+        &self,
+        identity: &Identity,
+        tier: &str,
+        route: Option<&RouteMatch>,
+    ) -> Decision {
         let live = route.map_or(&self.live, |r| &r.live);
         self.limiter
             .run(live, identity, tier, route.map(|r| r.index), true)

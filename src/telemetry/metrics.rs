@@ -330,5 +330,6 @@ pub fn record_policy_info(old: Option<(&str, &str)>, new: (&str, &str)) {
             .set(0.0);
     }
     let (version, hash) = new;
-    gauge!(POLICY_INFO, LABEL_VERSION => version.to_owned(), LABEL_HASH => hash.to_owned()).set(1.0);
+    gauge!(POLICY_INFO, LABEL_VERSION => version.to_owned(), LABEL_HASH => hash.to_owned())
+        .set(1.0);
 }
