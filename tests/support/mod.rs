@@ -405,23 +405,53 @@ pub struct Ratewatch {
     /// Its port on 127.0.0.1.
     pub port: u16,
     child: Child,
+    /// Its stderr (the log), when started with [`Ratewatch::start_logged`].
+    log: Option<tempfile::NamedTempFile>,
 }
 
 impl Ratewatch {
     /// Runs `ratewatch <command> --config <config>` with `env` set, and
     /// waits until it listens.
     pub fn start(command: &str, config: Option<&Path>, env: &[(&str, &str)]) -> Self {
+        Self::spawn(command, config, env, &[], None)
+    }
+
+    /// Like [`Ratewatch::start`], with extra arguments, keeping its log
+    /// (`RUST_LOG=info`) for [`Ratewatch::log`].
+    pub fn start_logged(
+        command: &str,
+        config: Option<&Path>,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Self {
+        let log = tempfile::NamedTempFile::new().expect("log file");
+        Self::spawn(command, config, env, args, Some(log))
+    }
+
+    fn spawn(
+        command: &str,
+        config: Option<&Path>,
+        env: &[(&str, &str)],
+        args: &[&str],
+        log: Option<tempfile::NamedTempFile>,
+    ) -> Self {
         let port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratewatch"));
         cmd.arg(command);
         if let Some(c) = config {
             cmd.arg("--config").arg(c);
         }
+        let stderr = match &log {
+            Some(f) => Stdio::from(f.reopen().expect("reopen log")),
+            None => Stdio::null(),
+        };
         cmd.args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("RUST_LOG", "warn")
+            .args(args)
+            .env("RUST_LOG", if log.is_some() { "info" } else { "warn" })
+            .env("NO_COLOR", "1")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(stderr);
         let child = cmd.spawn().expect("start ratewatch");
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -431,7 +461,25 @@ impl Ratewatch {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Self { port, child }
+        Self { port, child, log }
+    }
+
+    /// What it logged so far (empty unless started with
+    /// [`Ratewatch::start_logged`]).
+    pub fn log(&self) -> String {
+        self.log
+            .as_ref()
+            .and_then(|f| std::fs::read_to_string(f.path()).ok())
+            .unwrap_or_default()
+    }
+
+    /// Sends it `signal` (`HUP`, `TERM` ...).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
     }
 
     /// `http://127.0.0.1:port`.
@@ -457,5 +505,53 @@ impl Drop for Ratewatch {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Headless Chromium
+// ---------------------------------------------------------------------------
+
+/// The DOM of `url` after its scripts ran (in virtual time, for up to
+/// `virtual_ms`), from headless Chromium.
+pub fn chromium_dom(url: &str, virtual_ms: u64) -> String {
+    let chromium = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| Command::new(b).arg("--version").output().is_ok())
+        .expect("chromium is not installed: `apt-get install chromium` (or run .ci/test.sh)");
+    let profile = tempfile::tempdir().expect("profile dir");
+    let out = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+        ])
+        .arg(format!("--virtual-time-budget={virtual_ms}"))
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--dump-dom")
+        .arg(url)
+        .output()
+        .expect("run chromium");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Polls `probe` every 50 ms until it returns `Some`, for at most
+/// `within`; panics with `what` otherwise.
+pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
