@@ -370,6 +370,27 @@ impl Prometheus {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// The result vector of the instant query `expr` (`[]` when nothing
+    /// matches, or when Prometheus answers an error, which is printed).
+    pub async fn instant(&self, expr: &str) -> Vec<serde_json::Value> {
+        let got: serde_json::Value = reqwest::Client::new()
+            .get(format!("{}/api/v1/query", self.url()))
+            .query(&[("query", expr)])
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("query {expr}: {e}"))
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("query {expr}: not JSON: {e}"));
+        if got["status"] != "success" {
+            eprintln!("query {expr}: {got}");
+        }
+        got["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// What Prometheus logged so far (for failure messages).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
@@ -554,4 +575,35 @@ where
         assert!(Instant::now() < deadline, "not within {within:?}: {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The `expr` of the rule `alert` in `dashboards/alerts.yml` (one line, or
+/// a `|` block).
+pub fn alert_rule_expr(alert: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("dashboards/alerts.yml");
+    let text = std::fs::read_to_string(path).expect("alerts.yml");
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.trim() == format!("- alert: {alert}"))
+        .unwrap_or_else(|| panic!("no rule {alert} in alerts.yml"));
+    let (at, line) = lines[start..]
+        .iter()
+        .enumerate()
+        .find_map(|(i, l)| {
+            l.trim_start()
+                .strip_prefix("expr:")
+                .map(|r| (start + i, r.trim()))
+        })
+        .expect("the rule has an expr");
+    if line != "|" && line != "|-" {
+        return line.to_owned();
+    }
+    let indent = lines[at].len() - lines[at].trim_start().len();
+    lines[at + 1..]
+        .iter()
+        .take_while(|l| l.trim().is_empty() || l.len() - l.trim_start().len() > indent)
+        .map(|l| l.trim())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
