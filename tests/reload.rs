@@ -722,3 +722,57 @@ async fn a_changed_store_needs_a_restart_and_the_rest_of_the_file_applies() {
     assert!(!metrics.contains("fallback"), "{metrics}");
     assert!(server.log().contains("need a restart"), "{}", server.log());
 }
+
+#[tokio::test]
+async fn instances_running_different_policies_show_in_the_fleet_view() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (dir.path().join("old.toml"), dir.path().join("new.toml"));
+    let fast = "[telemetry]\nflush_interval_ms = 200\n";
+    write(
+        &old,
+        &format!("{}{fast}", policy_a(&store(Some(&redis.url())))),
+    );
+    write(
+        &new,
+        &format!("{}{fast}", policy_b(&store(Some(&redis.url())))),
+    );
+    let servers = [
+        Ratewatch::start("serve", Some(&old), &[]),
+        Ratewatch::start("serve", Some(&new), &[]),
+    ];
+    let client = reqwest::Client::new();
+    for s in &servers {
+        assert_eq!(users(&client, &s.url(), "free_fleet").await.0, 200);
+    }
+    let base = servers[0].url();
+    let seen = eventually(
+        Duration::from_secs(30),
+        "both policies in the fleet view",
+        || {
+            let (client, base) = (client.clone(), base.clone());
+            async move {
+                let stats: serde_json::Value = client
+                    .get(format!("{base}/dashboard/api/stats?range=5m"))
+                    .send()
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+                let versions: Vec<String> = stats["policies"]
+                    .as_array()?
+                    .iter()
+                    .map(|p| p["version"].as_str().unwrap_or("").to_owned())
+                    .collect();
+                (versions.len() == 2).then_some(versions)
+            }
+        },
+    )
+    .await;
+    let mut seen = seen;
+    seen.sort();
+    assert_eq!(seen, ["a", "b"]);
+    let page = get_text(&format!("{base}/dashboard?range=5m")).await;
+    assert!(page.contains("the fleet ran 2 policies"), "{page}");
+}

@@ -105,6 +105,9 @@ pub(crate) struct Flat {
     pub rtt: Vec<(String, u64)>,
     /// shard -> breaker trips.
     pub trips: Vec<(String, u64)>,
+    /// `version#hash` of the policy the flushing instance runs -> flushes
+    /// (one per flush), so the fleet view shows which policies are in force.
+    pub policies: Vec<(String, u64)>,
     /// Events the batch holds.
     pub events: u64,
 }
@@ -131,6 +134,7 @@ impl Flat {
             top: b.top.take(),
             rtt,
             trips,
+            policies: Vec::new(),
             events: b.events,
         }
     }

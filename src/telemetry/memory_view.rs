@@ -16,6 +16,7 @@ struct Bucket {
     top: AHashMap<String, u64>,
     rtt: AHashMap<String, u64>,
     trips: AHashMap<String, u64>,
+    policies: AHashMap<String, u64>,
 }
 
 /// In-process buckets, keyed by (resolution width, bucket start).
@@ -54,6 +55,9 @@ impl MemoryView {
             for (k, n) in &flat.trips {
                 *b.trips.entry(k.clone()).or_insert(0) += n;
             }
+            for (k, n) in &flat.policies {
+                *b.policies.entry(k.clone()).or_insert(0) += n;
+            }
         }
         buckets.retain(|(secs, start), _| {
             let keep = RESOLUTIONS
@@ -76,6 +80,7 @@ impl MemoryView {
                         top: pairs(&b.top),
                         rtt: pairs(&b.rtt),
                         trips: pairs(&b.trips),
+                        policies: pairs(&b.policies),
                         events: 0,
                     };
                     (*s, flat)

@@ -55,7 +55,7 @@ use memory_view::MemoryView;
 
 pub use aggregate::MAX_SERIES;
 pub use event::{Event, FallbackReason, Outcome};
-pub use fleet::{BlockedKey, FleetStats, RESOLUTIONS, Resolution, RttStats, quantile};
+pub use fleet::{BlockedKey, FleetStats, PolicySeen, RESOLUTIONS, Resolution, RttStats, quantile};
 pub use metrics::{DropReason, RttOp, render};
 #[cfg(feature = "redis-store")]
 pub use redis_sink::{Endpoints, RedisTarget};
@@ -297,9 +297,12 @@ impl Inner {
         let _one_at_a_time = self.flushing.lock().await;
         let batch = std::mem::replace(&mut *self.batch.lock(), Batch::new(self.settings.top_keys));
         metrics::record_dropped(DropReason::Overflow, batch.overflow);
-        let flat = Flat::from_batch(batch, aggregate::take_trips());
+        let mut flat = Flat::from_batch(batch, aggregate::take_trips());
         if flat.is_empty() {
             return;
+        }
+        if let Some(policy) = self.policy.lock().clone() {
+            flat.policies.push((policy.to_string(), 1));
         }
         match &self.sink {
             Sink::Memory(view) => view.apply(unix_now(), &flat),

@@ -187,10 +187,11 @@ impl RedisSink {
         // Keep a bucket until its whole span is older than the retention.
         let ttl = (res.keep + res.secs) as i64;
         let mut p = redis::pipe();
-        let parts: [(&str, &[(String, u64)]); 3] = [
+        let parts: [(&str, &[(String, u64)]); 4] = [
             ("c", &flat.counters),
             ("rtt", &flat.rtt),
             ("trips", &flat.trips),
+            ("pol", &flat.policies),
         ];
         for (part, fields) in parts {
             if fields.is_empty() {
@@ -260,14 +261,16 @@ impl RedisSink {
                     p.hgetall(self.target.key(res, start, "c"))
                         .zrevrange_withscores(self.target.key(res, start, "top"), 0, -1)
                         .hgetall(self.target.key(res, start, "rtt"))
-                        .hgetall(self.target.key(res, start, "trips"));
+                        .hgetall(self.target.key(res, start, "trips"))
+                        .hgetall(self.target.key(res, start, "pol"));
                     type Row = (
                         HashMap<String, u64>,
                         Vec<(String, f64)>,
                         HashMap<String, u64>,
                         HashMap<String, u64>,
+                        HashMap<String, u64>,
                     );
-                    let (c, top, rtt, trips): Row = conn.query(&p).await?;
+                    let (c, top, rtt, trips, pol): Row = conn.query(&p).await?;
                     Ok::<_, TelemetryError>((
                         start,
                         Flat {
@@ -278,6 +281,7 @@ impl RedisSink {
                                 .collect(),
                             rtt: rtt.into_iter().collect(),
                             trips: trips.into_iter().collect(),
+                            policies: pol.into_iter().collect(),
                             events: 0,
                         },
                     ))
