@@ -290,6 +290,7 @@ mod tests {
     fn policy(capacity: u64) -> Policy {
         Policy::builder()
             .tier(Tier::new("free").limit(Limit::token_bucket("burst", capacity, 1.0)))
+            .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
             .build()
             .unwrap()
     }

@@ -19,6 +19,7 @@ use crate::policy::Policy;
 /// use ratewatch::identity::{Identity, IdentityKind};
 /// let tight = |n| Policy::builder()
 ///     .tier(Tier::new("free").limit(Limit::token_bucket("burst", n, 0.001)))
+///     .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
 ///     .build()
 ///     .unwrap();
 /// let limiter = Limiter::new(tight(1)).await.unwrap();
