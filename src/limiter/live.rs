@@ -140,3 +140,39 @@ impl PartialEq for RouteMatch {
         self.index == other.index && Arc::ptr_eq(&self.live, &other.live)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = r#"
+version = "7"
+[dashboard]
+token = "secret-1"
+[[tiers]]
+name = "free"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 10, refill_per_second = 1 }]
+[[tiers]]
+name = "anonymous"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }]
+"#;
+
+    fn version_of(text: &str) -> PolicyVersion {
+        PolicyVersion::of(&Policy::from_toml_str(text, None).unwrap())
+    }
+
+    #[test]
+    fn the_hash_follows_the_rules_not_the_layout_the_version_or_the_token() {
+        let base = version_of(FILE);
+        assert_eq!(base.version, "7");
+        assert_eq!(base.hash.len(), 12);
+        let relaid = FILE.replace("[[tiers]]", "# a comment\n\n[[tiers]]");
+        assert_eq!(version_of(&relaid), base);
+        let renamed = version_of(&FILE.replace("version = \"7\"", "version = \"8\""));
+        assert_eq!((renamed.version.as_str(), &renamed.hash), ("8", &base.hash));
+        let token = version_of(&FILE.replace("secret-1", "secret-2"));
+        assert_eq!(token.hash, base.hash);
+        let tighter = version_of(&FILE.replace("capacity = 10", "capacity = 9"));
+        assert_ne!(tighter.hash, base.hash);
+    }
+}
