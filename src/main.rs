@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use ratewatch::policy::{Policy, StoreKind};
+use ratewatch::policy::Policy;
 use ratewatch::{Limiter, server};
 
 /// The policy served when no `--config` is given: the memory store.
@@ -66,8 +66,10 @@ fn main() -> ExitCode {
     }
 }
 
+/// Validates `file` exactly as `serve` would load it (environment overrides
+/// included), so a policy it accepts is one `serve` starts with.
 fn check_config(file: &std::path::Path) -> ExitCode {
-    match Policy::from_toml_file(file) {
+    match load_policy(Some(file)) {
         Ok(p) => {
             println!(
                 "{}: ok ({} tiers, {} routes)",
@@ -85,28 +87,11 @@ fn check_config(file: &std::path::Path) -> ExitCode {
 }
 
 fn load_policy(config: Option<&std::path::Path>) -> Result<Policy, ratewatch::policy::ConfigError> {
-    let mut policy = match config {
+    let policy = match config {
         Some(path) => Policy::from_toml_file(path)?,
         None => Policy::from_toml_str(DEFAULT_CONFIG, Some("<built-in ratewatch.toml>"))?,
     };
-    apply_env(&mut policy);
-    Ok(policy)
-}
-
-/// The environment's overrides, applied to the policy at start-up and to
-/// every policy a reload reads (so a reload does not report them as
-/// changed settings).
-fn apply_env(policy: &mut Policy) {
-    if let Ok(url) = std::env::var("RATEWATCH_REDIS_URL") {
-        let urls: Vec<String> = url.split(',').map(|s| s.trim().to_owned()).collect();
-        match policy.store.kind {
-            StoreKind::RedisCluster => policy.store.nodes = urls,
-            _ => {
-                policy.store.kind = StoreKind::Redis;
-                policy.store.url = urls.into_iter().next();
-            }
-        }
-    }
+    policy.with_env()
 }
 
 fn run(args: ServeArgs, demo: bool) -> ExitCode {
@@ -127,7 +112,11 @@ fn run(args: ServeArgs, demo: bool) -> ExitCode {
     let result = runtime.block_on(async move {
         let mut builder = Limiter::builder(policy);
         if let Some(file) = &args.config {
-            builder = builder.with_source_file(file).with_policy_adjust(apply_env);
+            // The environment's overrides apply to every reload too, so a
+            // reload does not report them as changed settings.
+            builder = builder
+                .with_source_file(file)
+                .with_policy_adjust(Policy::with_env);
         }
         let limiter = builder.build().await?;
         let reloader = server::spawn_reloader(

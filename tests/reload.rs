@@ -139,7 +139,8 @@ async fn work(app: &Router, key: &str) -> (u16, String) {
 async fn remaining(limiter: &Limiter, key: &str, limit: &str) -> (f64, bool) {
     let id = ratewatch::Identity::new(ratewatch::identity::IdentityKind::ApiKey, key);
     let snap = limiter.snapshot();
-    let tier = snap.resolve_tier(&id).await;
+    let (parts, ()) = Request::get("/").body(()).unwrap().into_parts();
+    let tier = snap.resolve_tier(&id, &parts);
     let d = snap.check(&id, &tier, None).await;
     let l = d
         .limits

@@ -91,19 +91,6 @@ impl Live {
             policy,
         }
     }
-
-    /// The tier of `identity`: the resolver's answer if it names a tier of
-    /// this generation, else the key-prefix rule.
-    pub async fn resolve_tier(&self, identity: &crate::Identity) -> String {
-        match self.resolver.resolve(identity).await {
-            Some(t) if self.compiled.tiers.contains_key(&t) => t,
-            Some(t) => {
-                tracing::warn!(tier = %t, "tier resolver named an unknown tier; using the key-prefix rule");
-                self.prefix_resolver.tier_of(identity)
-            }
-            None => self.prefix_resolver.tier_of(identity),
-        }
-    }
 }
 
 /// A matched route rule: an index into the routes of the generation that

@@ -19,6 +19,7 @@
 
 mod compiled;
 mod decision;
+mod identify;
 mod live;
 mod reload;
 mod snapshot;
@@ -241,12 +242,6 @@ impl Limiter {
     /// The clock of the memory store and the local fallback.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.inner.clock
-    }
-
-    /// The tier of `identity` under the policy in force now: the
-    /// resolver's answer if it names a known tier, else the key-prefix rule.
-    pub async fn resolve_tier(&self, identity: &Identity) -> String {
-        self.snapshot().resolve_tier(identity).await
     }
 
     /// The route rule matching a request under the policy in force now, if

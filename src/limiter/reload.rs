@@ -35,7 +35,7 @@ pub const RESTART_REQUIRED: [&str; 7] = [
 
 /// A hook applied to every policy read from the source file (the
 /// `ratewatch` binary applies its environment overrides with it).
-pub(crate) type Adjust = Arc<dyn Fn(&mut Policy) + Send + Sync>;
+pub(crate) type Adjust = Arc<dyn Fn(Policy) -> Result<Policy, ConfigError> + Send + Sync>;
 
 /// Where the limiter's policy came from, so a reload can read it again.
 #[derive(Clone, Default)]
@@ -144,11 +144,12 @@ impl LimiterBuilder {
         self
     }
 
-    /// Applies `adjust` to every policy a reload reads from the source file
-    /// (overrides from the environment, for instance) before validating it.
+    /// Passes every policy a reload reads from the source file through
+    /// `adjust` (overrides from the environment, such as
+    /// [`Policy::with_env`]); the result is validated again.
     pub fn with_policy_adjust(
         mut self,
-        adjust: impl Fn(&mut Policy) + Send + Sync + 'static,
+        adjust: impl Fn(Policy) -> Result<Policy, ConfigError> + Send + Sync + 'static,
     ) -> Self {
         self.source.adjust = Some(Arc::new(adjust));
         self
@@ -169,12 +170,13 @@ impl Limiter {
         let Some(path) = &source.path else {
             return Err(ReloadError::NoSource);
         };
-        let read = Policy::from_toml_file(path).and_then(|mut policy| {
-            if let Some(adjust) = &source.adjust {
-                adjust(&mut policy);
+        let read = Policy::from_toml_file(path).and_then(|policy| match &source.adjust {
+            Some(adjust) => {
+                let policy = adjust(policy)?;
                 policy.validate()?;
+                Ok(policy)
             }
-            Ok(policy)
+            None => Ok(policy),
         });
         match read {
             Ok(policy) => Ok(self.apply(policy)),

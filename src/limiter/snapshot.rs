@@ -51,6 +51,10 @@ impl PolicySnapshot {
         Self { limiter, live }
     }
 
+    pub(super) fn live(&self) -> &Live {
+        &self.live
+    }
+
     /// The pinned policy.
     pub fn policy(&self) -> &Policy {
         &self.live.policy
@@ -80,11 +84,6 @@ impl PolicySnapshot {
     /// Whether the matched route is exempt from limiting.
     pub fn is_exempt(&self, route: Option<&RouteMatch>) -> bool {
         route.is_some_and(RouteMatch::is_exempt)
-    }
-
-    /// The tier of `identity` under the pinned policy.
-    pub async fn resolve_tier(&self, identity: &Identity) -> String {
-        self.live.resolve_tier(identity).await
     }
 
     /// Decides one request and records the event. A route keeps the policy

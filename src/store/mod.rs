@@ -28,7 +28,7 @@ mod memory;
 #[cfg(feature = "redis-store")]
 mod redis;
 #[cfg(feature = "redis-store")]
-pub mod script;
+mod script;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,7 +47,7 @@ use crate::clock::Micros;
 /// One limit to decide: its full key and its algorithm.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Item {
-    /// The store key (`{prefix}:{<tier>:<identity-hash>}:<limit>`).
+    /// The store key (see [`keys`] for the schema).
     pub key: String,
     /// The algorithm with its (already scaled) parameters.
     pub algorithm: Algorithm,

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The store key of `limit` for the API key `identity` in tier `free`,
-/// under prefix `rw`, as the limiter builds it.
+/// A store key of the limiter's shape for `limit` of the API key
+/// `identity` in tier `free`, under prefix `rw`. Stores treat keys as
+/// opaque; the algorithm code the limiter appends is `test` here.
 pub fn identity_key(identity: &str, limit: &str) -> String {
     use ratewatch::store::keys;
     keys::identity_key(
@@ -18,6 +19,26 @@ pub fn identity_key(identity: &str, limit: &str) -> String {
         &keys::hash_identity("key", identity),
         None,
         limit,
+        "test",
+    )
+}
+
+/// The key the limiter gives `limit` of the API key `identity` in tier
+/// `free` under prefix `rw`, algorithm code included: what a real
+/// deployment stores, byte for byte.
+pub fn limiter_key(
+    identity: &str,
+    limit: &str,
+    algorithm: &ratewatch::algorithm::Algorithm,
+) -> String {
+    use ratewatch::store::keys;
+    keys::identity_key(
+        "rw",
+        "free",
+        &keys::hash_identity("key", identity),
+        None,
+        limit,
+        keys::algorithm_code(algorithm),
     )
 }
 
@@ -406,6 +427,36 @@ impl Drop for Prometheus {
     }
 }
 
+/// Writes a policy for a test to a temporary `ratewatch.toml` (removed
+/// when dropped). Lines are numbered from the first line of `text`.
+pub fn policy_file(text: &str) -> tempfile::NamedTempFile {
+    use std::io::Write;
+    let mut f = tempfile::Builder::new()
+        .prefix("ratewatch-")
+        .suffix(".toml")
+        .tempfile()
+        .expect("temp policy file");
+    f.write_all(text.as_bytes()).expect("write the policy");
+    f
+}
+
+/// Runs `ratewatch check-config FILE`: its exit code and what it printed
+/// (stdout, then stderr).
+pub fn check_config(file: &Path) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ratewatch"))
+        .arg("check-config")
+        .arg(file)
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("run ratewatch check-config");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
 /// The status code of `GET path` on 127.0.0.1:port, or `None` if nothing
 /// answers.
 fn http_status(port: u16, path: &str) -> Option<u16> {
@@ -434,7 +485,19 @@ impl Ratewatch {
     /// Runs `ratewatch <command> --config <config>` with `env` set, and
     /// waits until it listens.
     pub fn start(command: &str, config: Option<&Path>, env: &[(&str, &str)]) -> Self {
-        Self::spawn(command, config, env, &[], None)
+        Self::start_on("127.0.0.1", command, config, env)
+    }
+
+    /// Like [`Ratewatch::start`], listening on `host` (`"[::]"` for a
+    /// dual-stack listener, which sees IPv4 peers as `::ffff:a.b.c.d`);
+    /// clients still reach it on 127.0.0.1.
+    pub fn start_on(
+        host: &str,
+        command: &str,
+        config: Option<&Path>,
+        env: &[(&str, &str)],
+    ) -> Self {
+        Self::spawn(host, command, config, env, &[], None)
     }
 
     /// Like [`Ratewatch::start`], with extra arguments, keeping its log
@@ -446,10 +509,11 @@ impl Ratewatch {
         args: &[&str],
     ) -> Self {
         let log = tempfile::NamedTempFile::new().expect("log file");
-        Self::spawn(command, config, env, args, Some(log))
+        Self::spawn("127.0.0.1", command, config, env, args, Some(log))
     }
 
     fn spawn(
+        host: &str,
         command: &str,
         config: Option<&Path>,
         env: &[(&str, &str)],
@@ -466,7 +530,7 @@ impl Ratewatch {
             Some(f) => Stdio::from(f.reopen().expect("reopen log")),
             None => Stdio::null(),
         };
-        cmd.args(["--listen", &format!("127.0.0.1:{port}")])
+        cmd.args(["--listen", &format!("{host}:{port}")])
             .args(args)
             .env("RUST_LOG", if log.is_some() { "info" } else { "warn" })
             .env("NO_COLOR", "1")
