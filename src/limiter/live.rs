@@ -57,23 +57,23 @@ impl std::fmt::Display for PolicyVersion {
 /// The parts an embedding app plugged in, which outlive every reload.
 #[derive(Clone, Default)]
 pub(crate) struct Plugins {
-    pub resolver: Option<Arc<dyn TierResolver>>,
-    pub extractor: Option<Arc<dyn KeyExtractor>>,
+    pub(crate) resolver: Option<Arc<dyn TierResolver>>,
+    pub(crate) extractor: Option<Arc<dyn KeyExtractor>>,
 }
 
 /// One generation of the policy and everything derived from it.
 pub(crate) struct Live {
-    pub policy: Arc<Policy>,
-    pub compiled: Compiled,
-    pub resolver: Arc<dyn TierResolver>,
-    pub prefix_resolver: PrefixResolver,
-    pub extractor: Arc<dyn KeyExtractor>,
-    pub version: PolicyVersion,
+    pub(crate) policy: Arc<Policy>,
+    pub(crate) compiled: Compiled,
+    pub(crate) resolver: Arc<dyn TierResolver>,
+    pub(crate) prefix_resolver: PrefixResolver,
+    pub(crate) extractor: Arc<dyn KeyExtractor>,
+    pub(crate) version: PolicyVersion,
 }
 
 impl Live {
     /// Derives every part from a validated `policy`.
-    pub fn new(policy: Policy, plugins: &Plugins) -> Self {
+    pub(crate) fn new(policy: Policy, plugins: &Plugins) -> Self {
         let policy = Arc::new(policy);
         let prefix_resolver = PrefixResolver::new(policy.clone());
         Self {

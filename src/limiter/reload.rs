@@ -23,7 +23,7 @@ use crate::telemetry::{metrics, unix_now};
 
 /// The settings a reload cannot apply (they shape connections, breakers,
 /// or background tasks built at start-up), as config fields.
-pub const RESTART_REQUIRED: [&str; 7] = [
+pub(crate) const RESTART_REQUIRED: [&str; 7] = [
     "store.kind",
     "store.url",
     "store.nodes",
@@ -66,7 +66,9 @@ pub struct ReloadOutcome {
     pub changed: bool,
     /// The version in force after the reload.
     pub version: PolicyVersion,
-    /// Settings whose new value waits for a restart (see [`RESTART_REQUIRED`]).
+    /// Settings whose new value waits for a restart (`store.kind`,
+    /// `store.url`, `store.nodes`, `store.key_prefix`, `resilience.breaker`,
+    /// `telemetry.flush_interval_ms`, `telemetry.top_keys`).
     pub restart_required: Vec<String>,
 }
 
