@@ -11,7 +11,7 @@ mod support;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use support::{Prometheus, Ratewatch, alert_rule_expr, chromium_dom, eventually};
+use support::{Prometheus, Ratewatch, alert_expr, dump_dom, eventually};
 
 /// Two flush intervals of the policy below.
 const FLUSH: Duration = Duration::from_millis(2000);
@@ -45,7 +45,7 @@ async fn an_invalid_policy_reloaded_shows_on_the_dashboard_and_fires_its_alert()
     let base = server.url();
     let rules = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("dashboards/alerts.yml");
     let prom = Prometheus::start(&[server.addr()], &[rules]);
-    let expr = alert_rule_expr("RatewatchPolicyReloadFailed");
+    let expr = alert_expr("RatewatchPolicyReloadFailed").remove(0);
 
     // Healthy: Prometheus sees the instance, and the alert expression is
     // below its threshold (no series).
@@ -54,7 +54,7 @@ async fn an_invalid_policy_reloaded_shows_on_the_dashboard_and_fires_its_alert()
         "Prometheus scrapes the healthy gauge",
         || async {
             (!prom
-                .instant("ratewatch_config_last_reload_successful == 1")
+                .query("ratewatch_config_last_reload_successful == 1")
                 .await
                 .is_empty())
             .then_some(())
@@ -62,7 +62,7 @@ async fn an_invalid_policy_reloaded_shows_on_the_dashboard_and_fires_its_alert()
     )
     .await;
     assert!(
-        prom.instant(&expr).await.is_empty(),
+        prom.query(&expr).await.is_empty(),
         "fires on a healthy instance"
     );
 
@@ -102,7 +102,7 @@ async fn an_invalid_policy_reloaded_shows_on_the_dashboard_and_fires_its_alert()
 
     // The page, rendered by a browser.
     let page_started = Instant::now();
-    let dom = chromium_dom(&format!("{base}/dashboard"), 3000);
+    let (dom, _) = dump_dom(&format!("{base}/dashboard"), 3000);
     assert!(dom.contains("reload failed"), "{dom}");
     assert!(dom.contains("tiers[0].limits[0].capacity"), "{dom}");
     assert!(dom.contains("2026-12-01.1"), "{dom}");
@@ -133,7 +133,7 @@ async fn an_invalid_policy_reloaded_shows_on_the_dashboard_and_fires_its_alert()
         Duration::from_secs(60),
         "the alert expression is above its threshold",
         || async {
-            let r = prom.instant(&expr).await;
+            let r = prom.query(&expr).await;
             (!r.is_empty()).then_some(r)
         },
     )
@@ -142,7 +142,7 @@ async fn an_invalid_policy_reloaded_shows_on_the_dashboard_and_fires_its_alert()
     assert!(value > 0.0, "{firing:?}");
     assert_eq!(firing[0]["metric"]["instance"], server.addr().as_str());
     let errors = prom
-        .instant(r#"ratewatch_config_reloads_total{result="error"}"#)
+        .query(r#"ratewatch_config_reloads_total{result="error"}"#)
         .await;
     assert_eq!(errors[0]["value"][1], "1", "{errors:?}");
 }
