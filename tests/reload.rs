@@ -729,7 +729,16 @@ async fn a_changed_store_needs_a_restart_and_the_rest_of_the_file_applies() {
         metrics.contains(r#"shard="memory",outcome="allowed"}"#),
         "{metrics}"
     );
-    assert!(!metrics.contains("fallback"), "{metrics}");
+    assert!(!metrics.contains("shard=\"127.0.0.1"), "{metrics}");
+    let fallbacks = metrics
+        .lines()
+        .filter(|l| l.contains("fallback") && !l.starts_with('#'));
+    assert!(fallbacks.clone().all(|l| l.ends_with(" 0")), "{metrics}");
+    // The new tier's limit exists at zero from the reload on.
+    assert!(
+        metrics.contains(r#"ratewatch_limit_exceeded_total{tier="free",limit="minute"} 0"#),
+        "{metrics}"
+    );
     assert!(server.log().contains("need a restart"), "{}", server.log());
 }
 

@@ -213,6 +213,8 @@ impl Limiter {
         let changed = policy != *current.policy;
         if changed {
             let live = Live::new(policy, &self.inner.plugins);
+            // New tiers, routes and limits get their series at zero too.
+            metrics::register_at_zero(&live.policy);
             let old = &current.version;
             let new = live.version.clone();
             metrics::record_policy_info(Some((&old.version, &old.hash)), (&new.version, &new.hash));
