@@ -167,6 +167,10 @@ impl Limiter {
     /// On error the old policy keeps serving; the error is logged, counted
     /// in `ratewatch_config_reloads_total{result="error"}` and shown in
     /// [`Limiter::policy_status`].
+    ///
+    /// It reads the file with a plain blocking read (a policy is small);
+    /// from async code on a busy runtime, call it in `spawn_blocking` as the
+    /// `ratewatch` server does.
     pub fn reload(&self) -> Result<ReloadOutcome, ReloadError> {
         let source = &self.inner.reload.source;
         let Some(path) = &source.path else {
