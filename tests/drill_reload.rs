@@ -92,6 +92,21 @@ async fn an_invalid_policy_reloaded_shows_on_the_dashboard_and_fires_its_alert()
     .await;
     let shown = reloaded.elapsed();
     assert!(shown <= 2 * FLUSH, "the JSON showed it after {shown:?}");
+    // The page as served carries it too, within the same bound.
+    let html = client
+        .get(format!("{base}/dashboard"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let page_shown = reloaded.elapsed();
+    assert!(html.contains("reload failed"), "{html}");
+    assert!(
+        page_shown <= 2 * FLUSH,
+        "the page showed it after {page_shown:?}"
+    );
     let error = live["last_reload"]["error"].as_str().unwrap();
     assert!(error.contains("tiers[0].limits[0].capacity"), "{error}");
     assert!(error.contains(&format!("{}:", file.display())), "{error}");
@@ -107,7 +122,8 @@ async fn an_invalid_policy_reloaded_shows_on_the_dashboard_and_fires_its_alert()
     assert!(dom.contains("tiers[0].limits[0].capacity"), "{dom}");
     assert!(dom.contains("2026-12-01.1"), "{dom}");
     println!(
-        "JSON showed the failure {shown:?} after SIGHUP; the page rendered in {:?}",
+        "JSON showed the failure {shown:?} after SIGHUP, the served page {page_shown:?}; \
+         Chromium rendered it in {:?}",
         page_started.elapsed()
     );
 
