@@ -19,11 +19,13 @@
 
 mod compiled;
 mod decision;
+mod fallback;
 mod identify;
 mod live;
 mod metrics_handler;
 mod reload;
 mod snapshot;
+mod store_metrics;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -36,7 +38,9 @@ pub use snapshot::PolicySnapshot;
 
 use arc_swap::ArcSwap;
 use compiled::CompiledLimit;
+use fallback::LocalFallback;
 use live::{Live, Plugins};
+use store_metrics::StoreMetrics;
 
 use crate::Error;
 use crate::algorithm::Verdict;
@@ -62,8 +66,7 @@ struct Inner {
     /// Where the policy came from, and how its reloads went.
     reload: reload::ReloadState,
     store: Arc<dyn Store>,
-    /// The local fallback's counters, one store per failed shard, so a
-    /// shard coming back drops its own counts and nobody else's.
+    /// The local fallback's counters, one store per failed shard.
     local: LocalFallback,
     telemetry: Telemetry,
     clock: Arc<dyn Clock>,
@@ -137,12 +140,16 @@ impl LimiterBuilder {
             .telemetry
             .unwrap_or_else(|| Telemetry::for_store(&policy.telemetry, &policy.store));
         metrics_handler::prepare(&policy);
+        // After the recorder: the store's counts exist at zero from here on.
+        let observer: Arc<dyn crate::store::StoreObserver> = Arc::new(StoreMetrics);
+        store.observe(observer.clone());
         let breakers =
             (store.kind() != "memory").then(|| ShardBreakers::new(policy.resilience.breaker));
         let plugins = Plugins {
             resolver: self.resolver,
             extractor: self.extractor,
         };
+        let max_entries = policy.store.max_entries;
         let live = Live::new(policy, &plugins);
         reload::started(&live.version);
         telemetry.set_policy_version(&live.version);
@@ -151,7 +158,7 @@ impl LimiterBuilder {
                 reload: reload::ReloadState::new(self.source, &live.version),
                 live: ArcSwap::from_pointee(live),
                 plugins,
-                local: LocalFallback::new(self.clock.clone()),
+                local: LocalFallback::new(self.clock.clone(), max_entries, observer),
                 store,
                 telemetry,
                 clock: self.clock,
@@ -163,7 +170,9 @@ impl LimiterBuilder {
 
 async fn open_store(policy: &Policy, clock: Arc<dyn Clock>) -> Result<Arc<dyn Store>, Error> {
     match policy.store.kind {
-        StoreKind::Memory => Ok(Arc::new(MemoryStore::with_clock(clock))),
+        StoreKind::Memory => Ok(Arc::new(
+            MemoryStore::with_clock(clock).with_max_entries(policy.store.max_entries),
+        )),
         #[cfg(feature = "redis-store")]
         StoreKind::Redis => Ok(Arc::new(
             crate::store::RedisStore::connect(&policy.store).await?,
@@ -426,10 +435,10 @@ impl Limiter {
                         tracing::warn!(%shard, reason = ?trip.reason, "circuit breaker opened");
                     }
                     Change::Closed => {
-                        // Back to the store after a successful probe: the
-                        // local fallback's counts for it are dropped, not
-                        // merged.
-                        inner.local.forget(shard);
+                        // Back to the store after a successful probe. The
+                        // local fallback keeps its counts: they expire on
+                        // their own windows, so a breaker that flaps does
+                        // not hand out a fresh local share each time.
                         tracing::info!(%shard, "circuit breaker closed");
                     }
                     Change::None => {}
@@ -449,83 +458,6 @@ impl Limiter {
             .breakers
             .as_ref()
             .map_or_else(Vec::new, ShardBreakers::states)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn fallback(
-        &self,
-        live: &Live,
-        tier: &compiled::CompiledTier,
-        route: Option<usize>,
-        identity: &Identity,
-        batch: &Batch<'_>,
-        shard: Arc<str>,
-        reason: FallbackReason,
-        policy: FailurePolicy,
-        limits: &[&CompiledLimit],
-    ) -> Decision {
-        let source = Source::Fallback {
-            reason,
-            policy,
-            shard,
-        };
-        match policy {
-            FailurePolicy::Open | FailurePolicy::Closed => {
-                let allowed = policy == FailurePolicy::Open;
-                let retry = (!allowed).then(|| {
-                    live.policy
-                        .resilience
-                        .breaker
-                        .open
-                        .max(Duration::from_secs(1))
-                });
-                // Nothing was counted: the limits are reported with their
-                // policy only (RateLimit-Policy), not a remaining count.
-                let reports = limits
-                    .iter()
-                    .map(|l| LimitReport {
-                        name: l.name.clone(),
-                        quota: l.algorithm.quota(),
-                        window_secs: l.algorithm.window_secs(),
-                        remaining: l.algorithm.quota() as f64,
-                        reset_after: Duration::ZERO,
-                        retry_after: Duration::ZERO,
-                        allowed,
-                        shadow: l.shadow,
-                    })
-                    .collect();
-                Decision {
-                    allowed,
-                    tier: tier.name.clone(),
-                    limits: reports,
-                    retry_after: retry,
-                    delay: Duration::ZERO,
-                    source,
-                    outcome: if allowed {
-                        Outcome::FallbackAllowed
-                    } else {
-                        Outcome::FallbackBlocked
-                    },
-                    store_rtt: None,
-                    decided_at: self.inner.clock.now_us(),
-                }
-            }
-            FailurePolicy::Local => {
-                let (items, _) = live.compiled.items(tier, route, identity, true);
-                let local = Batch {
-                    items: &items,
-                    ..*batch
-                };
-                let d = self.inner.local.decide(source.shard(), &local);
-                let mut decision = build(tier.name.clone(), limits, d, source, Some(&items));
-                decision.outcome = if decision.allowed {
-                    Outcome::FallbackAllowed
-                } else {
-                    Outcome::FallbackBlocked
-                };
-                decision
-            }
-        }
     }
 
     fn record(
@@ -561,48 +493,6 @@ impl Limiter {
             fallback,
         };
         self.inner.telemetry.record(&event);
-    }
-
-    /// Drops the local fallback's state (when the store is back, decisions
-    /// return to it and the local counts are not merged).
-    pub fn forget_local_state(&self) {
-        self.inner.local.forget_all();
-    }
-}
-
-/// The local fallback: an in-process store per failed shard.
-struct LocalFallback {
-    clock: Arc<dyn Clock>,
-    stores: parking_lot::RwLock<std::collections::HashMap<Arc<str>, MemoryStore>>,
-}
-
-impl LocalFallback {
-    fn new(clock: Arc<dyn Clock>) -> Self {
-        Self {
-            clock,
-            stores: parking_lot::RwLock::new(std::collections::HashMap::new()),
-        }
-    }
-
-    fn decide(&self, shard: &Arc<str>, batch: &Batch<'_>) -> StoreDecision {
-        if let Some(store) = self.stores.read().get(shard) {
-            return store.decide_now(batch);
-        }
-        let store = self
-            .stores
-            .write()
-            .entry(shard.clone())
-            .or_insert_with(|| MemoryStore::with_clock_and_label(self.clock.clone(), shard))
-            .clone();
-        store.decide_now(batch)
-    }
-
-    fn forget(&self, shard: &Arc<str>) {
-        self.stores.write().remove(shard);
-    }
-
-    fn forget_all(&self) {
-        self.stores.write().clear();
     }
 }
 

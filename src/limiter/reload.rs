@@ -23,11 +23,12 @@ use crate::telemetry::{metrics, unix_now};
 
 /// The settings a reload cannot apply (they shape connections, breakers,
 /// or background tasks built at start-up), as config fields.
-pub(crate) const RESTART_REQUIRED: [&str; 7] = [
+pub(crate) const RESTART_REQUIRED: [&str; 8] = [
     "store.kind",
     "store.url",
     "store.nodes",
     "store.key_prefix",
+    "store.max_entries",
     "resilience.breaker",
     "telemetry.flush_interval_ms",
     "telemetry.top_keys",
@@ -67,7 +68,8 @@ pub struct ReloadOutcome {
     /// The version in force after the reload.
     pub version: PolicyVersion,
     /// Settings whose new value waits for a restart (`store.kind`,
-    /// `store.url`, `store.nodes`, `store.key_prefix`, `resilience.breaker`,
+    /// `store.url`, `store.nodes`, `store.key_prefix`, `store.max_entries`,
+    /// `resilience.breaker`,
     /// `telemetry.flush_interval_ms`, `telemetry.top_keys`).
     pub restart_required: Vec<String>,
 }
@@ -275,18 +277,20 @@ fn keep_restart_settings(running: &Policy, mut new: Policy) -> (Policy, Vec<Stri
     keep(RESTART_REQUIRED[1], r.url != n.url);
     keep(RESTART_REQUIRED[2], r.nodes != n.nodes);
     keep(RESTART_REQUIRED[3], r.key_prefix != n.key_prefix);
+    keep(RESTART_REQUIRED[4], r.max_entries != n.max_entries);
     n.kind = r.kind;
+    n.max_entries = r.max_entries;
     n.url.clone_from(&r.url);
     n.nodes.clone_from(&r.nodes);
     n.key_prefix.clone_from(&r.key_prefix);
     keep(
-        RESTART_REQUIRED[4],
+        RESTART_REQUIRED[5],
         running.resilience.breaker != new.resilience.breaker,
     );
     new.resilience.breaker = running.resilience.breaker;
     let (r, n) = (&running.telemetry, &mut new.telemetry);
-    keep(RESTART_REQUIRED[5], r.flush_interval != n.flush_interval);
-    keep(RESTART_REQUIRED[6], r.top_keys != n.top_keys);
+    keep(RESTART_REQUIRED[6], r.flush_interval != n.flush_interval);
+    keep(RESTART_REQUIRED[7], r.top_keys != n.top_keys);
     n.flush_interval = r.flush_interval;
     n.top_keys = r.top_keys;
     (new, changed)

@@ -346,6 +346,10 @@ impl Store for ClusterStore {
     fn kind(&self) -> &'static str {
         "redis-cluster"
     }
+
+    fn observe(&self, observer: Arc<dyn super::StoreObserver>) {
+        self.reloads.observe(observer);
+    }
 }
 
 #[cfg(test)]

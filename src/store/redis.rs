@@ -51,7 +51,7 @@ pub(crate) fn host_port(info: &redis::ConnectionInfo) -> String {
 }
 
 /// The Redis a `redis` store without `url` connects to.
-pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+pub const DEFAULT_URL: &str = crate::policy::DEFAULT_REDIS_URL;
 
 impl RedisStore {
     /// A store on `settings.url` (default `redis://127.0.0.1:6379`). Fails
@@ -128,5 +128,9 @@ impl Store for RedisStore {
 
     fn kind(&self) -> &'static str {
         "redis"
+    }
+
+    fn observe(&self, observer: Arc<dyn super::StoreObserver>) {
+        self.reloads.observe(observer);
     }
 }

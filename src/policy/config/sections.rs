@@ -19,7 +19,14 @@ pub(super) fn store(t: Option<Table<'_>>) -> Result<StoreSettings> {
     let mut s = StoreSettings::default();
     let Some(t) = t else { return Ok(s) };
     t.only(
-        &["kind", "url", "nodes", "timeout_ms", "key_prefix"],
+        &[
+            "kind",
+            "url",
+            "nodes",
+            "timeout_ms",
+            "key_prefix",
+            "max_entries",
+        ],
         "[store]",
     )?;
     let kinds = [
@@ -41,6 +48,10 @@ pub(super) fn store(t: Option<Table<'_>>) -> Result<StoreSettings> {
     }
     if let Some(prefix) = t.str("key_prefix")? {
         s.key_prefix = prefix.to_owned();
+    }
+    let (min, max) = crate::policy::settings::MAX_ENTRIES_BOUNDS;
+    if let Some(max) = t.uint("max_entries", min, max)? {
+        s.max_entries = max as usize;
     }
     Ok(s)
 }
