@@ -100,6 +100,8 @@ pub fn insert(h: &mut HeaderMap, d: &Decision) {
 pub fn insert_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies) {
     // One scratch buffer for every value: this runs on every response.
     let mut buf = String::with_capacity(64);
+    // Room for all five at once: the map grows once, not header by header.
+    h.reserve(5);
     if families.ietf {
         insert_policy(h, d, &mut buf);
     }
