@@ -32,7 +32,7 @@ use crate::Error;
 use crate::algorithm::Verdict;
 use crate::clock::{Clock, SystemClock};
 use crate::identity::{HeaderExtractor, Identity, KeyExtractor, PrefixResolver, TierResolver};
-use crate::policy::{FailurePolicy, Policy, StoreKind};
+use crate::policy::{FailurePolicy, Policy};
 use crate::resilience::{Change, ShardBreakers};
 use crate::store::{Batch, MemoryStore, Store, StoreDecision};
 use crate::telemetry::{Event, FallbackReason, Outcome, Telemetry, metrics};
@@ -152,23 +152,7 @@ impl LimiterBuilder {
 }
 
 async fn open_store(policy: &Policy, clock: Arc<dyn Clock>) -> Result<Arc<dyn Store>, Error> {
-    match policy.store.kind {
-        StoreKind::Memory => Ok(Arc::new(MemoryStore::with_clock(clock))),
-        #[cfg(feature = "redis-store")]
-        StoreKind::Redis => Ok(Arc::new(
-            crate::store::RedisStore::connect(&policy.store).await?,
-        )),
-        #[cfg(feature = "redis-store")]
-        StoreKind::RedisCluster => Ok(Arc::new(
-            crate::store::ClusterStore::connect(&policy.store).await?,
-        )),
-        #[cfg(not(feature = "redis-store"))]
-        StoreKind::Redis | StoreKind::RedisCluster => {
-            Err(Error::Store(crate::store::StoreError::Unavailable(
-                "this build of ratewatch has no Redis store (feature `redis-store`)".into(),
-            )))
-        }
-    }
+    Ok(crate::store::open(&policy.store, clock).await?)
 }
 
 impl Limiter {

@@ -27,7 +27,7 @@ pub use limit::{Limit, Scope};
 pub use route::{RouteRule, path_matches};
 pub use settings::{
     AnonymousMode, BreakerSettings, DashboardSettings, FailurePolicy, IdentitySettings, IpNet,
-    KeyDisplay, ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings,
+    KeyDisplay, ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings, TlsFiles,
     ip_in as settings_ip_in,
 };
 pub use tier::Tier;

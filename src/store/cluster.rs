@@ -10,6 +10,13 @@
 //! `shard_for` names the master serving a key's slot from a slot map read
 //! with `CLUSTER SLOTS` at start-up and re-read in the background after a
 //! failed call (a moved slot or a lost node), never per request.
+//!
+//! When a master is lost and its replica promoted, that master's breaker
+//! opens; its half-open probe re-reads the slot map and runs the decide
+//! script, through the same connections decisions use, on a throwaway key
+//! in a slot the lost master served. It succeeds once the promoted replica
+//! decides there (the script reloaded after `NOSCRIPT`), and the slots'
+//! identities, now labelled with the new master, decide exactly again.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -66,6 +73,7 @@ pub struct ClusterStore {
     seed: Arc<str>,
     timeout: Duration,
     reloads: Arc<ReloadCounter>,
+    prefix: Arc<str>,
 }
 
 impl std::fmt::Debug for ClusterStore {
@@ -87,7 +95,17 @@ impl ClusterStore {
                 "a redis-cluster store needs at least one node in `store.nodes`".into(),
             ));
         }
-        let client = redis::cluster::ClusterClient::builder(settings.nodes.clone())
+        let builder = redis::cluster::ClusterClient::builder(settings.nodes.clone());
+        #[cfg(feature = "tls")]
+        let builder = match super::tls::certificates(&settings.tls)? {
+            Some(certs) => builder.certs(certs),
+            None => builder,
+        };
+        #[cfg(not(feature = "tls"))]
+        if settings.nodes.iter().any(|n| n.starts_with("rediss://")) {
+            return Err(super::tls::no_tls());
+        }
+        let client = builder
             .connection_timeout(settings.timeout.max(Duration::from_millis(200)))
             .response_timeout(settings.timeout)
             .overall_response_timeout(Some(settings.timeout))
@@ -113,6 +131,7 @@ impl ClusterStore {
             seed: seed.into(),
             timeout: settings.timeout,
             reloads: Arc::new(ReloadCounter::default()),
+            prefix: settings.key_prefix.as_str().into(),
         };
         // A reachable cluster has its map before the first request; an
         // unreachable one gets it after the first failure.
@@ -164,6 +183,34 @@ impl ClusterStore {
             let _ = tokio::time::timeout(Duration::from_secs(2), store.refresh_slots()).await;
             store.refreshing.store(false, Ordering::Release);
         });
+    }
+
+    /// The slot ranges `master` serves in the current map.
+    fn ranges_of(&self, master: &str) -> Vec<(u16, u16)> {
+        self.slots
+            .read()
+            .iter()
+            .filter(|(_, (_, m))| &**m == master)
+            .map(|(&start, &(end, _))| (start, end))
+            .collect()
+    }
+
+    /// A throwaway key whose slot lies in `start..=end`.
+    fn probe_key_in(&self, start: u16, end: u16) -> String {
+        (0u32..)
+            .map(|n| format!("{}:{{health:{n}}}:probe", self.prefix))
+            .find(|k| (start..=end).contains(&slot_of(k)))
+            .expect("some tag hashes into every slot range")
+    }
+
+    /// Runs the decide script on `key` through the cluster connections.
+    async fn decide_probe(&self, key: String) -> Result<(), StoreError> {
+        let item = super::redis::probe_item(key);
+        let batch = Batch::consume(std::slice::from_ref(&item), 1);
+        let shard = self.shard_for(&item.key);
+        let cmd = script::decide_cmd(&self.scripts, &batch, &[&item]);
+        let value = self.eval(&cmd, &self.scripts.decide, &shard).await?;
+        script::parse_reply(&value, 1).map(|_| ())
     }
 
     fn master_of(&self, slot: u16) -> Option<Arc<str>> {
@@ -345,6 +392,33 @@ impl Store for ClusterStore {
 
     fn kind(&self) -> &'static str {
         "redis-cluster"
+    }
+
+    fn probes(&self) -> bool {
+        true
+    }
+
+    /// Re-reads the slot map, then decides a throwaway key in a slot
+    /// `shard` served. A failed try is made once more: the connections
+    /// replace a dead socket after its first error.
+    async fn probe(&self, shard: &Arc<str>) -> Result<(), StoreError> {
+        let mut ranges = self.ranges_of(shard);
+        self.refresh_slots().await?;
+        if ranges.is_empty() {
+            ranges = self.ranges_of(shard);
+        }
+        let Some(&(start, end)) = ranges.first() else {
+            // Not a master before or now: nothing routes to it.
+            return Ok(());
+        };
+        let key = self.probe_key_in(start, end);
+        match self.decide_probe(key.clone()).await {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                self.decide_probe(key).await
+            }
+        }
     }
 }
 
