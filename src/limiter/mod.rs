@@ -127,8 +127,14 @@ impl LimiterBuilder {
         if let Err(e) = metrics::install_prometheus() {
             tracing::warn!(error = %e, "another metrics recorder is installed; /metrics will be empty");
         }
-        let breakers =
-            (store.kind() != "memory").then(|| ShardBreakers::new(policy.resilience.breaker));
+        let breakers = (store.kind() != "memory").then(|| {
+            ShardBreakers::with_probes(
+                policy.resilience.breaker,
+                self.clock.clone(),
+                store.clone(),
+                policy.store.timeout,
+            )
+        });
         let prefix_resolver = PrefixResolver::new(policy.clone());
         Ok(Limiter {
             inner: Arc::new(Inner {
@@ -332,18 +338,17 @@ impl Limiter {
                 shards.push(shard);
             }
         }
+        // Guards, not bare permits: if this future is dropped (client gone,
+        // timeout around the service) or panics before reporting, each
+        // permit goes back, so a probe is never lost.
         let mut permits = Vec::with_capacity(shards.len());
         if let Some(b) = &inner.breakers {
             for shard in &shards {
-                match b.acquire(shard, inner.clock.now_us()) {
+                match b.enter(shard) {
                     Ok(p) => permits.push(p),
                     Err(refused) => {
-                        // The call will not be made: shards that granted a
-                        // permit (perhaps their probe) get it back.
-                        let now = inner.clock.now_us();
-                        for (granted, permit) in shards.iter().zip(permits) {
-                            b.release(granted, permit, now);
-                        }
+                        // The call will not be made: the permits granted so
+                        // far (perhaps a probe) go back as they are dropped.
                         return Err(StoreFailure {
                             reason: FallbackReason::BreakerOpen,
                             breaker_wait: Some(Duration::from_micros(refused.retry_after_us)),
@@ -375,35 +380,30 @@ impl Limiter {
             }
             Err(_) => Err((FallbackReason::Timeout, None)),
         };
-        if let Some(b) = &inner.breakers {
-            let now = inner.clock.now_us();
-            for (shard, permit) in shards.iter().zip(permits) {
-                // A failure the store pinned on one shard counts against that
-                // shard only; the others' permits go back unreported (their
-                // part may or may not have answered). An unattributed failure
-                // counts against every shard asked.
-                let ok = match &result {
-                    Ok(_) => true,
-                    Err((_, Some(failed))) if failed != shard => {
-                        b.release(shard, permit, now);
-                        continue;
-                    }
-                    Err(_) => false,
-                };
-                match b.report(shard, permit, ok, now) {
-                    Change::Tripped(trip) => {
-                        inner.telemetry.record_breaker_trip(shard);
-                        tracing::warn!(%shard, reason = ?trip.reason, "circuit breaker opened");
-                    }
-                    Change::Closed => {
-                        // Back to the store after a successful probe: the
-                        // local fallback's counts for it are dropped, not
-                        // merged.
-                        inner.local.forget(shard);
-                        tracing::info!(%shard, "circuit breaker closed");
-                    }
-                    Change::None => {}
+        for permit in permits {
+            let shard = permit.shard().clone();
+            // A failure the store pinned on one shard counts against that
+            // shard only; the others' permits go back unreported (their
+            // part may or may not have answered). An unattributed failure
+            // counts against every shard asked.
+            let ok = match &result {
+                Ok(_) => true,
+                Err((_, Some(failed))) if *failed != shard => continue,
+                Err(_) => false,
+            };
+            match permit.report(ok) {
+                Change::Tripped(trip) => {
+                    inner.telemetry.record_breaker_trip(&shard);
+                    tracing::warn!(%shard, reason = ?trip.reason, "circuit breaker opened");
                 }
+                Change::Closed => {
+                    // Back to the store after a successful probe: the
+                    // local fallback's counts for it are dropped, not
+                    // merged.
+                    inner.local.forget(&shard);
+                    tracing::info!(%shard, "circuit breaker closed");
+                }
+                Change::None => {}
             }
         }
         result.map_err(|(reason, failed)| StoreFailure {
