@@ -390,15 +390,24 @@ mod tests {
     #[test]
     fn a_health_checked_breaker_lets_no_request_probe_while_the_check_is_due() {
         let mut b = Breaker::new(settings(1, 1.0, 20)).health_checked();
-        assert!(b.acquire_probe(T0).is_none(), "nothing to probe while closed");
+        assert!(
+            b.acquire_probe(T0).is_none(),
+            "nothing to probe while closed"
+        );
         fail(&mut b, T0);
         assert_eq!(b.next_probe_at(), Some(T0 + OPEN));
         assert!(b.acquire_probe(T0 + OPEN - 1).is_none(), "not yet due");
-        assert!(b.acquire(T0 + OPEN).is_err(), "a request never takes the probe");
+        assert!(
+            b.acquire(T0 + OPEN).is_err(),
+            "a request never takes the probe"
+        );
         let check = b.acquire_probe(T0 + OPEN).expect("the check is due");
         assert!(check.is_probe());
         assert!(b.acquire(T0 + OPEN + 1).is_err());
-        assert!(b.acquire_probe(T0 + OPEN + 1).is_none(), "one check at a time");
+        assert!(
+            b.acquire_probe(T0 + OPEN + 1).is_none(),
+            "one check at a time"
+        );
         assert!(b.on_success(check, T0 + OPEN + 2).is_some());
         assert!(b.acquire(T0 + OPEN + 3).is_ok_and(|p| !p.is_probe()));
     }
@@ -418,7 +427,9 @@ mod tests {
         let mut b = Breaker::new(settings(1, 1.0, 20)).health_checked();
         fail(&mut b, T0);
         assert!(b.acquire(T0 + 2 * OPEN - 1).is_err());
-        let p = b.acquire(T0 + 2 * OPEN).expect("no check came: a request probes");
+        let p = b
+            .acquire(T0 + 2 * OPEN)
+            .expect("no check came: a request probes");
         assert!(p.is_probe());
     }
 
