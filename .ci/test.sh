@@ -10,6 +10,7 @@ command -v redis-server >/dev/null || missing+=(redis-server)
 command -v redis-cli >/dev/null || missing+=(redis-tools)
 command -v promtool >/dev/null || missing+=(prometheus)
 command -v chromium >/dev/null || missing+=(chromium)
+command -v openssl >/dev/null || missing+=(openssl)
 if ((${#missing[@]})); then
   echo "installing: ${missing[*]}"
   sudo=""
@@ -18,11 +19,14 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# One feature set for every step, so everything is compiled once; `tls`
+# adds the rediss:// tests against redis-server --tls-port.
+features=(--features tls)
 cargo fmt --all -- --check
-cargo clippy --all-targets -- -D warnings
+cargo clippy --all-targets "${features[@]}" -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --no-fail-fast --config-file .ci/nextest.toml
+  cargo nextest run --no-fail-fast --config-file .ci/nextest.toml "${features[@]}"
 else
-  cargo test --no-fail-fast --lib --bins --tests
+  cargo test --no-fail-fast --lib --bins --tests "${features[@]}"
 fi
-cargo test --doc
+cargo test --doc "${features[@]}"
