@@ -228,15 +228,24 @@ impl ClusterStore {
         shard: &Arc<str>,
     ) -> Result<Value, StoreError> {
         let mut conn = self.conn.clone();
-        script::eval(&mut conn, script, cmd, &self.reloads, shard)
-            .await
-            .map_err(|e| {
-                // A moved slot or a lost node: the map may be stale.
-                if !script::is_noscript(&e) {
-                    self.refresh_later();
-                }
-                script::classify(e)
-            })
+        let first = script::eval(&mut conn, script, cmd, &self.reloads, shard).await;
+        let result = match first {
+            // While it repairs a lost node's connection, the cluster client
+            // may hand a command for a healthy slot to another node's dead
+            // socket. A refused connection or a write into a closed socket
+            // delivered nothing, so sending once more cannot charge twice.
+            Err(e) if never_delivered(&e) => {
+                script::eval(&mut conn, script, cmd, &self.reloads, shard).await
+            }
+            other => other,
+        };
+        result.map_err(|e| {
+            // A moved slot or a lost node: the map may be stale.
+            if !script::is_noscript(&e) {
+                self.refresh_later();
+            }
+            script::classify(e)
+        })
     }
 
     async fn decide_group(
@@ -338,6 +347,16 @@ impl ClusterStore {
             rtt: Some(rtt),
         })
     }
+}
+
+/// Whether `e` says the command never reached a server: the connection
+/// was refused or not there, or the client found the connection already
+/// closed when it came to write (redis-rs reports that as a bare broken
+/// pipe; its io error is not reachable through `source`, hence the text).
+fn never_delivered(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::ClusterConnectionNotFound
+        || e.is_connection_refusal()
+        || (e.is_io_error() && e.to_string().to_ascii_lowercase().contains("broken pipe"))
 }
 
 /// Parses a `CLUSTER SLOTS` reply: `[[start, end, [host, port, id], ...], ...]`.

@@ -24,6 +24,10 @@ pub fn start_cluster(
                 "nodes.conf",
                 "--cluster-node-timeout",
                 "1000",
+                // A replica syncs at once (the default waits 5 s for
+                // others), so it can be promoted as soon as the test wants.
+                "--repl-diskless-sync-delay",
+                "0",
             ]
             .map(String::from)
             .to_vec();
@@ -57,6 +61,16 @@ pub fn start_cluster(
                 break;
             }
             assert!(Instant::now() < deadline, "cluster did not reach state ok");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    for n in &nodes {
+        while role(n) == "slave"
+            && !n
+                .cli(&["INFO", "replication"])
+                .contains("master_link_status:up")
+        {
+            assert!(Instant::now() < deadline, "a replica never synced");
             std::thread::sleep(Duration::from_millis(50));
         }
     }

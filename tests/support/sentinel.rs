@@ -123,7 +123,10 @@ impl SentinelSet {
         sentinel_conf: &str,
         replicaof: impl Fn(&RedisServer) -> Vec<String>,
     ) -> Self {
-        let master = RedisServer::start_with(node_args);
+        // A replica syncs at once (the default waits 5 s for others).
+        let mut node_args: Vec<&str> = node_args.to_vec();
+        node_args.extend(["--repl-diskless-sync-delay", "0"]);
+        let master = RedisServer::start_with(&node_args);
         let mut replica_args: Vec<String> = node_args.iter().map(|s| s.to_string()).collect();
         let follow = replicaof(&master);
         if follow.is_empty() {
