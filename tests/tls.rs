@@ -147,3 +147,46 @@ async fn a_tls_cluster_decides_exactly_on_every_master() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sentinel_deployment_behind_tls_decides_on_its_master_and_follows_a_failover() {
+    use support::sentinel::{MASTER_NAME, SentinelSet};
+    let certs = Certs::generate();
+    let mut set = tokio::task::block_in_place(|| SentinelSet::start_tls(&certs));
+    let store = ratewatch::store::SentinelStore::connect(&StoreSettings {
+        kind: StoreKind::RedisSentinel,
+        sentinels: set.tls_urls(),
+        master_name: Some(MASTER_NAME.into()),
+        tls: trusting(&certs),
+        timeout: Duration::from_millis(500),
+        ..Default::default()
+    })
+    .await
+    .expect("a rediss:// sentinel store");
+    // The sentinels name the master by its TLS port.
+    let master_tls = store
+        .master_shard()
+        .expect("the sentinels named the master");
+    assert_ne!(*master_tls, *set.master.addr(), "not the plain port");
+    admits_exactly(&store, "tls-sentinel", 5).await;
+    assert!(set.master.command_calls("evalsha") >= 6);
+
+    tokio::task::block_in_place(|| set.master.kill());
+    // The failover is followed over TLS: the breaker's probe (called here
+    // directly) asks the sentinels and proves the new master decides.
+    let started = std::time::Instant::now();
+    while store.probe(&master_tls).await.is_err()
+        || store.master_shard() == Some(master_tls.clone())
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no failover to the replica over TLS"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    admits_exactly(&store, "tls-sentinel-after", 5).await;
+    assert!(
+        set.replica.command_calls("evalsha") >= 6,
+        "decided on the promoted replica"
+    );
+}

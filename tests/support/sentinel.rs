@@ -14,23 +14,28 @@ pub const MASTER_NAME: &str = "rwmaster";
 pub struct Sentinel {
     /// Its port on 127.0.0.1.
     pub port: u16,
+    /// Its TLS port, if it serves TLS.
+    pub tls_port: Option<u16>,
     dir: tempfile::TempDir,
     child: Option<Child>,
 }
 
 impl Sentinel {
-    fn start(master_port: u16, extra_conf: &str) -> Self {
+    /// Starts a sentinel monitoring the master on `master_port`, with
+    /// `extra_conf` lines (TLS) and, if given, a TLS port.
+    fn start(master_port: u16, extra_conf: &str, tls_port: Option<u16>) -> Self {
         let port = free_port();
         let dir = tempfile::tempdir().expect("temp dir");
         let conf = dir.path().join("sentinel.conf");
+        let tls = tls_port.map_or(String::new(), |p| format!("tls-port {p}\n"));
         std::fs::write(
             &conf,
             format!(
-                "port {port}\nbind 127.0.0.1\ndir {}\n\
+                "port {port}\nbind 127.0.0.1\ndir {}\n{tls}{extra_conf}\n\
                  sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
                  sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
                  sentinel failover-timeout {MASTER_NAME} 10000\n\
-                 sentinel parallel-syncs {MASTER_NAME} 1\n{extra_conf}",
+                 sentinel parallel-syncs {MASTER_NAME} 1\n",
                 dir.path().display()
             ),
         )
@@ -44,6 +49,7 @@ impl Sentinel {
             .expect("start redis-server --sentinel");
         let s = Self {
             port,
+            tls_port,
             dir,
             child: Some(child),
         };
@@ -112,34 +118,53 @@ impl SentinelSet {
     /// Starts the deployment and waits until the replica is in sync and
     /// every sentinel knows the replica and the two other sentinels.
     pub fn start() -> Self {
-        Self::start_with(&[], "", |_| Vec::new())
+        Self::launch(Vec::new(), None, None, |_| (String::new(), None))
     }
 
-    /// Same, with extra arguments for both data nodes, extra lines for each
-    /// sentinel's config, and the arguments that make the replica follow
-    /// the master (given the master).
-    pub fn start_with(
-        node_args: &[&str],
-        sentinel_conf: &str,
-        replicaof: impl Fn(&RedisServer) -> Vec<String>,
+    /// The same deployment serving TLS with `certs` everywhere: data nodes
+    /// on TLS ports (replication over TLS), sentinels on TLS ports that
+    /// monitor the master over TLS. Plain ports stay for control.
+    pub fn start_tls(certs: &super::tls::Certs) -> Self {
+        let (master_tls, replica_tls) = (free_port(), free_port());
+        let s = |p: &std::path::Path| p.display().to_string();
+        let files = format!(
+            "tls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
+             tls-auth-clients no\ntls-replication yes",
+            s(&certs.server_cert()),
+            s(&certs.server_key()),
+            s(&certs.ca())
+        );
+        let mut master = certs.server_args(master_tls, false, false);
+        master.extend(["--tls-replication".into(), "yes".into()]);
+        let mut replica = certs.server_args(replica_tls, false, false);
+        replica.extend(["--tls-replication".into(), "yes".into()]);
+        Self::launch(master, Some(replica), Some(master_tls), move |_| {
+            (files.clone(), Some(free_port()))
+        })
+    }
+
+    /// Starts a master with `master_args`, a replica (with `replica_args`,
+    /// else the master's) following the master on `follow_port` (else its
+    /// plain port), and three sentinels, sentinel `i` with the config lines
+    /// and TLS port `sentinel(i)` gives.
+    fn launch(
+        master_args: Vec<String>,
+        replica_args: Option<Vec<String>>,
+        follow_port: Option<u16>,
+        sentinel: impl Fn(usize) -> (String, Option<u16>),
     ) -> Self {
         // A replica syncs at once (the default waits 5 s for others).
-        let mut node_args: Vec<&str> = node_args.to_vec();
-        node_args.extend(["--repl-diskless-sync-delay", "0"]);
-        let master = RedisServer::start_with(&node_args);
-        let mut replica_args: Vec<String> = node_args.iter().map(|s| s.to_string()).collect();
-        let follow = replicaof(&master);
-        if follow.is_empty() {
-            replica_args.extend([
-                "--replicaof".into(),
-                "127.0.0.1".into(),
-                master.port.to_string(),
-            ]);
-        } else {
-            replica_args.extend(follow);
-        }
-        let args: Vec<&str> = replica_args.iter().map(String::as_str).collect();
-        let replica = RedisServer::start_with(&args);
+        let fast = ["--repl-diskless-sync-delay".to_string(), "0".to_string()];
+        let mut m = master_args.clone();
+        m.extend(fast.clone());
+        let m: Vec<&str> = m.iter().map(String::as_str).collect();
+        let master = RedisServer::start_with(&m);
+        let follow = follow_port.unwrap_or(master.port);
+        let mut r = replica_args.unwrap_or(master_args);
+        r.extend(fast);
+        r.extend(["--replicaof".into(), "127.0.0.1".into(), follow.to_string()]);
+        let r: Vec<&str> = r.iter().map(String::as_str).collect();
+        let replica = RedisServer::start_with(&r);
         let deadline = Instant::now() + Duration::from_secs(20);
         while !replica
             .cli(&["INFO", "replication"])
@@ -148,13 +173,10 @@ impl SentinelSet {
             assert!(Instant::now() < deadline, "the replica never synced");
             std::thread::sleep(Duration::from_millis(50));
         }
-        let monitored = master.port;
         let sentinels: Vec<Sentinel> = (0..3)
-            .map(|_| {
-                Sentinel::start(
-                    monitored_port(&master, monitored, sentinel_conf),
-                    sentinel_conf,
-                )
+            .map(|i| {
+                let (conf, tls_port) = sentinel(i);
+                Sentinel::start(follow, &conf, tls_port)
             })
             .collect();
         for s in &sentinels {
@@ -180,6 +202,15 @@ impl SentinelSet {
         }
     }
 
+    /// `rediss://127.0.0.1:tls_port` of every sentinel serving TLS.
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .filter_map(|s| s.tls_port)
+            .map(|p| format!("rediss://127.0.0.1:{p}"))
+            .collect()
+    }
+
     /// The sentinels' URLs.
     pub fn urls(&self) -> Vec<String> {
         self.sentinels.iter().map(Sentinel::url).collect()
@@ -196,15 +227,4 @@ impl SentinelSet {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-}
-
-/// The port the sentinels monitor: the TLS port when the sentinel config
-/// sets `tls-replication` (it is then passed in `sentinel_conf` as a
-/// `# monitor-port N` comment), else the plain one.
-fn monitored_port(_master: &RedisServer, plain: u16, sentinel_conf: &str) -> u16 {
-    sentinel_conf
-        .lines()
-        .find_map(|l| l.strip_prefix("# monitor-port "))
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or(plain)
 }
