@@ -247,3 +247,69 @@ async fn a_cluster_master_failover_moves_its_identities_to_the_promoted_replica(
         shard(&limiter.peek(&caller(untouched), "free", None).await).expect("decided");
     exact_on(&limiter, untouched, &elsewhere_shard).await;
 }
+
+const TIERS: &str = r#"
+[[tiers]]
+name = "free"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 10, refill_per_second = 1 }]
+
+[[tiers]]
+name = "anonymous"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 10, refill_per_second = 1 }]
+"#;
+
+#[test]
+fn a_sentinel_store_is_configured_by_master_name_and_sentinels() {
+    let text = format!(
+        r#"[store]
+kind = "redis-sentinel"
+master_name = "rwmaster"
+sentinels = ["redis://127.0.0.1:26379", "redis://:s3cret@127.0.0.1:26380"]
+password = "master-secret"
+{TIERS}"#
+    );
+    let policy = Policy::from_toml_str(&text, Some("ratewatch.toml")).expect("valid");
+    assert_eq!(policy.store.kind, StoreKind::RedisSentinel);
+    assert_eq!(policy.store.master_name.as_deref(), Some("rwmaster"));
+    assert_eq!(policy.store.sentinels.len(), 2);
+    assert_eq!(policy.store.password.as_deref(), Some("master-secret"));
+}
+
+#[test]
+fn a_sentinel_store_without_master_name_or_sentinels_is_refused_naming_the_field() {
+    let missing_name = format!(
+        "[store]\nkind = \"redis-sentinel\"\nsentinels = [\"redis://127.0.0.1:26379\"]\n{TIERS}"
+    );
+    let e = Policy::from_toml_str(&missing_name, Some("ratewatch.toml")).unwrap_err();
+    assert_eq!(e.field(), Some("store.master_name"), "{e}");
+    assert_eq!(e.line(), Some(1), "{e}");
+    let missing_sentinels =
+        format!("[store]\nkind = \"redis-sentinel\"\nmaster_name = \"m\"\n{TIERS}");
+    let e = Policy::from_toml_str(&missing_sentinels, Some("ratewatch.toml")).unwrap_err();
+    assert_eq!(e.field(), Some("store.sentinels"), "{e}");
+    let half_mtls = format!(
+        "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1\"\n\ntls_cert_file = \"c.pem\"\n{TIERS}"
+    );
+    let e = Policy::from_toml_str(&half_mtls, Some("ratewatch.toml")).unwrap_err();
+    assert_eq!(e.field(), Some("store.tls_cert_file"), "{e}");
+    assert_eq!(e.line(), Some(5), "{e}");
+}
+
+#[test]
+fn a_rediss_url_is_accepted_exactly_when_the_build_has_tls() {
+    let text = format!(
+        "[store]\nkind = \"redis\"\nurl = \"rediss://127.0.0.1:6380\"\ntls_ca_file = \"ca.pem\"\n{TIERS}"
+    );
+    let parsed = Policy::from_toml_str(&text, Some("ratewatch.toml"));
+    if cfg!(feature = "tls") {
+        let policy = parsed.expect("rediss:// with the tls feature");
+        assert_eq!(
+            policy.store.tls.ca_file.as_deref(),
+            Some(std::path::Path::new("ca.pem"))
+        );
+    } else {
+        let e = parsed.unwrap_err();
+        assert_eq!(e.field(), Some("store.url"));
+        assert!(e.to_string().contains("feature `tls`"), "{e}");
+    }
+}
