@@ -313,3 +313,52 @@ fn a_rediss_url_is_accepted_exactly_when_the_build_has_tls() {
         assert!(e.to_string().contains("feature `tls`"), "{e}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_master_a_sentinel_names_is_reached_with_the_configured_credentials() {
+    use ratewatch::store::{Batch, Item, SentinelStore, Store};
+    let set = tokio::task::block_in_place(SentinelSet::start);
+    for node in [&set.master, &set.replica] {
+        let ok = node.cli(&[
+            "ACL",
+            "SETUSER",
+            "ratewatch",
+            "on",
+            ">s3cret",
+            "~*",
+            "&*",
+            "+@all",
+        ]);
+        assert_eq!(ok.trim(), "OK");
+    }
+    let settings = |password: &str| StoreSettings {
+        kind: StoreKind::RedisSentinel,
+        sentinels: set.urls(),
+        master_name: Some(MASTER_NAME.into()),
+        username: Some("ratewatch".into()),
+        password: Some(password.into()),
+        timeout: Duration::from_millis(500),
+        ..Default::default()
+    };
+    let items = [Item::new(
+        support::identity_key("auth", "burst"),
+        ratewatch::algorithm::Algorithm::TokenBucket {
+            capacity: 5,
+            refill_per_second: 1.0,
+        },
+    )];
+    let store = SentinelStore::connect(&settings("s3cret")).await.unwrap();
+    let d = store
+        .decide(&Batch::consume(&items, 1))
+        .await
+        .expect("decides");
+    assert_eq!(*d.shard, *set.master.addr());
+    assert!(
+        set.master
+            .cli(&["CLIENT", "LIST"])
+            .contains("user=ratewatch"),
+        "the decision ran as the configured user"
+    );
+    let wrong = SentinelStore::connect(&settings("wrong")).await.unwrap();
+    assert!(wrong.decide(&Batch::consume(&items, 1)).await.is_err());
+}
