@@ -19,14 +19,11 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# One feature set for every step, so everything is compiled once; `tls`
-# adds the rediss:// tests against redis-server --tls-port.
-features=(--features tls)
 cargo fmt --all -- --check
-cargo clippy --all-targets "${features[@]}" -- -D warnings
+cargo clippy --all-targets -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --no-fail-fast --config-file .ci/nextest.toml "${features[@]}"
+  cargo nextest run --no-fail-fast --config-file .ci/nextest.toml
 else
-  cargo test --no-fail-fast --lib --bins --tests "${features[@]}"
+  cargo test --no-fail-fast --lib --bins --tests
 fi
-cargo test --doc "${features[@]}"
+cargo test --doc

@@ -15,24 +15,58 @@
 //! let app: Router = Router::new()
 //!     .route("/api/users", get(|| async { "users" }))
 //!     .layer(limiter.layer())
+//!     .route("/api/ratelimit/status", get(limiter.status_handler()))
 //!     .nest("/dashboard", limiter.dashboard())
 //!     .route("/metrics", get(limiter.metrics_handler()));
 //! # Ok(()) }
 //! ```
+//!
+//! ## The public API
+//!
+//! - At the root: [`Limiter`] (built by [`LimiterBuilder`]) and what it
+//!   answers ([`Decision`], [`LimitReport`], [`Source`], [`RouteMatch`]),
+//!   the layer ([`RateLimitLayer`], [`RateLimit`]), the policy's main types
+//!   ([`Policy`], [`Tier`], [`Limit`], [`RouteRule`]), the identity traits
+//!   ([`KeyExtractor`], [`TierResolver`], [`Identity`]), [`BreakerState`]
+//!   and [`Error`].
+//! - [`policy`]: settings, the builder, TOML loading, environment
+//!   overrides, [`policy::ConfigError`].
+//! - [`layer`]: layer options ([`layer::Refusal`], [`layer::HeaderFamilies`])
+//!   and the header names.
+//! - [`identity`]: the default extractor and resolver, client-IP logic.
+//! - [`algorithm`]: the pure algorithms, for custom stores and tests.
+//! - [`store`]: the [`store::Store`] trait, the memory, Redis and cluster
+//!   stores, and the key schema ([`store::keys`]).
+//! - [`telemetry`]: events, outcomes, the fleet view's types, metric names.
+//! - [`clock`]: the clock trait and a manual clock for tests.
+//! - `server` (feature `server`): the `ratewatch` binary's router.
+//!
+//! [`resilience`]: the circuit breaker, a pure state machine. The
+//! dashboard's internals and the Lua plumbing are private.
+//! `tests/public_api.rs` keeps a snapshot of every public item, so a change
+//! to this list is deliberate.
+//!
+//! ## Features
+//!
+//! `redis-store` (default): Redis and Redis Cluster stores. `dashboard`
+//! (default): the built-in dashboard. `server`: the binary's command line,
+//! logging and demo server; an embedding app leaves it off.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod algorithm;
 pub mod clock;
 #[cfg(feature = "dashboard")]
-pub mod dashboard;
+mod dashboard;
 mod error;
 pub mod identity;
 pub mod layer;
 mod limiter;
 pub mod policy;
 pub mod resilience;
+#[cfg(feature = "server")]
 pub mod server;
+mod status;
 pub mod store;
 pub mod telemetry;
 
@@ -41,3 +75,9 @@ pub use identity::{Identity, KeyExtractor, TierResolver};
 pub use layer::{RateLimit, RateLimitLayer};
 pub use limiter::{Decision, LimitReport, Limiter, LimiterBuilder, RouteMatch, Source};
 pub use policy::{Limit, Policy, RouteRule, Tier};
+pub use resilience::BreakerState;
+
+/// The README's code blocks, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use ratewatch::policy::{Policy, StoreKind};
+use ratewatch::policy::Policy;
 use ratewatch::{Limiter, server};
 
 /// The policy served when no `--config` is given: the memory store.
@@ -61,8 +61,10 @@ fn main() -> ExitCode {
     }
 }
 
+/// Validates `file` exactly as `serve` would load it (environment overrides
+/// included), so a policy it accepts is one `serve` starts with.
 fn check_config(file: &std::path::Path) -> ExitCode {
-    match Policy::from_toml_file(file) {
+    match load_policy(Some(file)) {
         Ok(p) => {
             println!(
                 "{}: ok ({} tiers, {} routes)",
@@ -80,21 +82,11 @@ fn check_config(file: &std::path::Path) -> ExitCode {
 }
 
 fn load_policy(config: Option<&std::path::Path>) -> Result<Policy, ratewatch::policy::ConfigError> {
-    let mut policy = match config {
+    let policy = match config {
         Some(path) => Policy::from_toml_file(path)?,
         None => Policy::from_toml_str(DEFAULT_CONFIG, Some("<built-in ratewatch.toml>"))?,
     };
-    if let Ok(url) = std::env::var("RATEWATCH_REDIS_URL") {
-        let urls: Vec<String> = url.split(',').map(|s| s.trim().to_owned()).collect();
-        match policy.store.kind {
-            StoreKind::RedisCluster => policy.store.nodes = urls,
-            _ => {
-                policy.store.kind = StoreKind::Redis;
-                policy.store.url = urls.into_iter().next();
-            }
-        }
-    }
-    Ok(policy)
+    policy.with_env()
 }
 
 fn run(args: ServeArgs, demo: bool) -> ExitCode {

@@ -82,9 +82,14 @@ fn mixed(identity: &str, identity_cap: u64, ip_cap: u64) -> Vec<Item> {
                 window_us: 60_000_000,
             },
         ),
-        bucket(keys::ip_key("rw", "free", &ip, "per-ip"), ip_cap),
+        bucket(keys::ip_key("rw", &ip, "per-ip", "tb"), ip_cap),
         Item::new(
-            keys::route_key("rw", "free", &keys::hash_route("/api/export"), "route"),
+            keys::route_key(
+                "rw",
+                &keys::hash_route(Some("POST"), "/api/export")[..keys::ROUTE_TAG_HEX],
+                "route",
+                "gc",
+            ),
             Algorithm::Gcra {
                 rate_per_second: 0.001,
                 burst: 100,

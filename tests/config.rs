@@ -122,7 +122,7 @@ fn toml_policy_equals_the_same_policy_built_in_code() {
         method = "post"
         path = "/api/export"
         cost = 5
-        on_store_failure = "local"
+        on_store_failure = "closed"
         limits = [{ name = "exports", algorithm = "leaky_bucket", rate_per_second = 2, capacity = 5, max_delay = "250ms" }]
         "#,
     )
@@ -158,7 +158,7 @@ fn toml_policy_equals_the_same_policy_built_in_code() {
         .route(
             RouteRule::new("POST", "/api/export")
                 .with_cost(5)
-                .on_store_failure(FailurePolicy::Local)
+                .on_store_failure(FailurePolicy::Closed)
                 .with_limit(Limit::new(
                     "exports",
                     Algorithm::LeakyBucket {
@@ -883,4 +883,273 @@ fn integers_may_use_underscores_and_hex() {
     assert_eq!(policy.tiers[0].limits[0].algorithm.quota(), 1_000_000);
     assert_eq!(policy.tiers[0].limits[0].algorithm.window_secs(), 86_400);
     assert_eq!(policy.tiers[0].limits[1].algorithm.quota(), 16);
+}
+
+// Rules that could never match, shares, shared counters -------------------
+
+/// A policy with one tier `t` (default and anonymous) of `limits`, then
+/// `rest`; the tier's `limits` line is line 5.
+fn with_tier(limits: &str, rest: &str) -> String {
+    format!(
+        "\n        [identity]\n        default_tier = \"t\"\n        anonymous_tier = \"t\"\n        [[tiers]]\n        name = \"t\"\n        limits = [{limits}]\n{rest}"
+    )
+}
+
+const BURST_10: &str =
+    r#"{ name = "burst", algorithm = "token_bucket", capacity = 10, refill_per_second = 1 }"#;
+
+#[test]
+fn a_misspelt_method_is_refused_on_its_line() {
+    let msg = error_of(
+        r#"
+        [[routes]]
+        method = "GTE"
+        path = "/api/users"
+        "#,
+        "routes[0].method",
+        2,
+    );
+    assert_says(&msg, &["\"GTE\"", "\"POST\""]);
+}
+
+#[test]
+fn a_head_rule_is_refused_because_get_rules_match_head() {
+    let msg = error_of(
+        r#"
+        [[routes]]
+        method = "HEAD"
+        path = "/api/users"
+        "#,
+        "routes[0].method",
+        2,
+    );
+    assert_says(&msg, &["GET"]);
+}
+
+#[test]
+fn axum_07_path_syntax_is_refused_with_the_08_spelling() {
+    for (path, fix) in [("/users/:id", "{id}"), ("/files/*rest", "{*rest}")] {
+        let msg = error_of(
+            &format!("\n        [[routes]]\n        path = \"{path}\"\n"),
+            "routes[0].path",
+            2,
+        );
+        assert_says(&msg, &[fix]);
+    }
+}
+
+#[test]
+fn a_path_without_a_leading_slash_is_refused() {
+    error_of(
+        r#"
+        [[routes]]
+        method = "GET"
+        path = "api/users"
+        "#,
+        "routes[0].path",
+        3,
+    );
+}
+
+#[test]
+fn a_rule_shadowed_by_an_earlier_one_is_refused_naming_it() {
+    let msg = error_of(
+        r#"
+        [[routes]]
+        path = "/api/*"
+        cost = 2
+
+        [[routes]]
+        method = "POST"
+        path = "/api/export"
+        cost = 5
+        "#,
+        "routes[1].path",
+        7,
+    );
+    assert_says(&msg, &["routes[0]", "* /api/*"]);
+}
+
+#[test]
+fn rules_of_different_methods_on_one_path_are_both_kept() {
+    load(&with_tier(
+        BURST_10,
+        r#"
+        [[routes]]
+        method = "GET"
+        path = "/api/data"
+        [[routes]]
+        method = "POST"
+        path = "/api/data"
+        cost = 2
+        "#,
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn ipv6_prefix_defaults_to_64_and_is_checked() {
+    let policy = load(&with_tier(BURST_10, "")).unwrap();
+    assert_eq!(policy.identity.ipv6_prefix, 64);
+    let policy = load(
+        r#"
+        [identity]
+        ipv6_prefix = 48
+        "#,
+    )
+    .unwrap();
+    assert_eq!(policy.identity.ipv6_prefix, 48);
+    error_of(
+        r#"
+        [identity]
+        ipv6_prefix = 0
+        "#,
+        "identity.ipv6_prefix",
+        2,
+    );
+}
+
+#[test]
+fn ip_scoped_limits_of_one_name_must_agree_on_their_counter_across_tiers() {
+    let msg = error_of(
+        r#"
+        [[tiers]]
+        name = "free"
+        limits = [{ name = "per_ip", algorithm = "sliding_window", limit = 10, window = "60s", scope = "ip" }]
+        [[tiers]]
+        name = "anonymous"
+        limits = [{ name = "per_ip", algorithm = "fixed_window", limit = 5, window = "60s", scope = "ip" }]
+        "#,
+        "tiers[1].limits[0].algorithm",
+        6,
+    );
+    assert_says(&msg, &["tiers[0].limits[0]", "one counter for every tier"]);
+    error_of(
+        r#"
+        [[tiers]]
+        name = "free"
+        limits = [{ name = "per_ip", algorithm = "sliding_window", limit = 10, window = "60s", scope = "ip" }]
+        [[tiers]]
+        name = "anonymous"
+        limits = [{ name = "per_ip", algorithm = "sliding_window", limit = 5, window = "1h", scope = "ip" }]
+        "#,
+        "tiers[1].limits[0].window",
+        6,
+    );
+    // Quotas may differ: each tier's own quota against the shared counter.
+    load(
+        r#"
+        [[tiers]]
+        name = "free"
+        limits = [{ name = "per_ip", algorithm = "sliding_window", limit = 10, window = "60s", scope = "ip" }]
+        [[tiers]]
+        name = "anonymous"
+        limits = [{ name = "per_ip", algorithm = "sliding_window", limit = 5, window = "60s", scope = "ip" }]
+        "#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn a_split_share_below_a_route_cost_names_the_split_and_the_route() {
+    let msg = error_of(
+        r#"
+        [[tiers]]
+        name = "free"
+        split = 8
+        limits = [{ name = "burst", algorithm = "token_bucket", capacity = 10, refill_per_second = 1 }]
+        [[tiers]]
+        name = "anonymous"
+        limits = [{ name = "burst", algorithm = "token_bucket", capacity = 10, refill_per_second = 1 }]
+        [[routes]]
+        method = "POST"
+        path = "/api/export"
+        cost = 5
+        "#,
+        "tiers[0].split",
+        3,
+    );
+    assert_says(&msg, &["1", "cost 5", "routes[0] (POST /api/export)"]);
+}
+
+#[test]
+fn a_split_share_is_rounded_down_never_raised() {
+    let policy = Policy::builder()
+        .tier(
+            Tier::new("free")
+                .split(3)
+                .limit(Limit::token_bucket("burst", 10, 3.0)),
+        )
+        .tier(Tier::new("anonymous").limit(Limit::token_bucket("burst", 10, 3.0)))
+        .build()
+        .unwrap();
+    let share = ratewatch::policy::shares::split_share(&policy.tiers[0].limits[0], 3);
+    assert_eq!(share.quota(), 3);
+}
+
+#[test]
+fn a_local_share_is_checked_only_against_routes_that_fall_back_locally() {
+    let local_route = |policy: &str| {
+        with_tier(
+            r#"{ name = "burst", algorithm = "token_bucket", capacity = 8, refill_per_second = 1 }"#,
+            &format!(
+                r#"
+        [resilience]
+        on_store_failure = "local"
+        expected_instances = 4
+        [[routes]]
+        method = "POST"
+        path = "/api/export"
+        cost = 5
+        on_store_failure = "{policy}"
+        "#
+            ),
+        )
+    };
+    load(&local_route("closed")).unwrap_or_else(|e| panic!("{e}"));
+    let msg = error_of(&local_route("local"), "tiers[0].limits[0].capacity", 6);
+    assert_says(&msg, &["expected_instances = 4", "2", "cost 5"]);
+}
+
+#[test]
+fn a_partition_share_below_a_cost_is_refused_not_raised() {
+    let msg = error_of(
+        &format!(
+            "\n        partition = 0.1{}",
+            with_tier(
+                BURST_10,
+                r#"
+        [[routes]]
+        method = "POST"
+        path = "/api/export"
+        cost = 5
+        "#
+            )
+        ),
+        "tiers[0].limits[0].capacity",
+        7,
+    );
+    assert_says(&msg, &["partition = 0.1", "leaves 1", "cost 5"]);
+}
+
+#[test]
+fn a_policy_valid_before_partition_but_not_after_is_refused_at_load() {
+    let err = load(&format!(
+        "\n        partition = 0.5{}",
+        with_tier(
+            r#"{ name = "slow", algorithm = "token_bucket", capacity = 10, refill_per_second = 0.000001 }"#,
+            ""
+        )
+    ))
+    .expect_err("the halved rate is out of range");
+    assert_eq!(err.field(), Some("tiers[0].limits[0].refill_per_second"));
+    assert!(err.to_string().contains("partition = 0.5"), "{err}");
+    // And what loads is what a limiter runs: validating it again passes.
+    let ok = load(&format!(
+        "\n        partition = 0.5{}",
+        with_tier(BURST_10, "")
+    ))
+    .unwrap();
+    ok.validate().unwrap();
+    assert_eq!(ok.tiers[0].limits[0].algorithm.quota(), 5);
 }

@@ -471,9 +471,8 @@ async fn a_partition_enforces_its_share_of_every_quota() {
 #[tokio::test]
 async fn a_custom_tier_resolver_chooses_the_tier() {
     struct ClaimResolver;
-    #[async_trait::async_trait]
     impl ratewatch::TierResolver for ClaimResolver {
-        async fn resolve(&self, id: &ratewatch::Identity) -> Option<String> {
+        fn resolve(&self, id: &ratewatch::Identity, _: &http::request::Parts) -> Option<String> {
             // Stands in for a JWT claim or a customer lookup.
             id.raw().ends_with(".gold").then(|| "pro".to_owned())
         }

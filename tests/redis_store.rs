@@ -288,7 +288,14 @@ async fn memory_per_identity_stays_small_and_grows_only_with_a_sliding_log() {
             (items[0].algorithm.kind(), fill * cost, bytes)
         }
     };
-    rows.push(usage(bucket("mem-tb", 10_000), 1, 1).await);
+    // Keys as the limiter writes them (`rw:{free:<24 hex>}:burst:tb`).
+    let real =
+        |name: &str, alg: Algorithm| Item::new(support::limiter_key(name, "burst", &alg), alg);
+    let tb = Algorithm::TokenBucket {
+        capacity: 10_000,
+        refill_per_second: 0.000_001,
+    };
+    rows.push(usage(real("mem-tb", tb), 1, 1).await);
     for (name, alg) in [
         (
             "mem-sw",
@@ -320,7 +327,7 @@ async fn memory_per_identity_stays_small_and_grows_only_with_a_sliding_log() {
             },
         ),
     ] {
-        rows.push(usage(Item::new(key(name, "limit"), alg), 1, 1).await);
+        rows.push(usage(real(name, alg), 1, 1).await);
     }
     for fill in [1, 10, 100, 1000] {
         let alg = Algorithm::SlidingLog {
@@ -328,14 +335,7 @@ async fn memory_per_identity_stays_small_and_grows_only_with_a_sliding_log() {
             window_us: w,
         };
         let cost = if fill >= 100 { 10 } else { 1 };
-        rows.push(
-            usage(
-                Item::new(key(&format!("mem-sl-{fill}"), "limit"), alg),
-                cost,
-                fill / cost,
-            )
-            .await,
-        );
+        rows.push(usage(real(&format!("mem-sl-{fill}"), alg), cost, fill / cost).await);
     }
     println!("| algorithm | entries | bytes (MEMORY USAGE) |\n|---|---|---|");
     for (kind, entries, bytes) in &rows {

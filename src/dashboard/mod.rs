@@ -54,13 +54,14 @@ impl RangeQuery {
 }
 
 impl Limiter {
-    /// The dashboard's router, to nest under a path of your choice.
-    pub fn dashboard(&self) -> Router {
+    /// The dashboard's router, to nest under a path of your choice in a
+    /// router of any state: `app.nest("/dashboard", limiter.dashboard())`.
+    pub fn dashboard<S: Clone + Send + Sync + 'static>(&self) -> Router<S> {
         router(self.clone())
     }
 }
 
-fn router(limiter: Limiter) -> Router {
+fn router<S: Clone + Send + Sync + 'static>(limiter: Limiter) -> Router<S> {
     Router::new()
         .route("/", get(page))
         .route("/api/stats", get(stats))

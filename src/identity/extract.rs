@@ -36,15 +36,31 @@ impl IdentityError {
     }
 }
 
-/// Turns a request into an identity. It sees the headers and the
-/// extensions (where `ConnectInfo<SocketAddr>` carries the peer address).
+/// Turns a request into an identity. It sees the request's method, URI,
+/// headers and extensions (where `ConnectInfo<SocketAddr>` carries the
+/// peer address).
+///
+/// An identity returned without an IP ([`Identity::ip`]) gets the client
+/// IP the limiter finds itself (trusted proxies applied), so IP-scoped
+/// limits keep working with a custom extractor.
+///
+/// ```
+/// use http::request::Parts;
+/// use ratewatch::identity::{Identity, IdentityError, IdentityKind, KeyExtractor};
+/// /// The tenant id an auth layer put into the extensions.
+/// #[derive(Clone)]
+/// struct Tenant(String);
+/// struct TenantExtractor;
+/// impl KeyExtractor for TenantExtractor {
+///     fn extract(&self, request: &Parts) -> Result<Identity, IdentityError> {
+///         let tenant = request.extensions.get::<Tenant>().ok_or(IdentityError::Missing)?;
+///         Ok(Identity::new(IdentityKind::Custom, tenant.0.clone()))
+///     }
+/// }
+/// ```
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The caller of a request, or why it has none.
-    fn extract(
-        &self,
-        headers: &HeaderMap,
-        extensions: &Extensions,
-    ) -> Result<Identity, IdentityError>;
+    fn extract(&self, request: &http::request::Parts) -> Result<Identity, IdentityError>;
 }
 
 /// The default extractor: the API key header, then `Authorization: Bearer`,
@@ -87,7 +103,7 @@ impl HeaderExtractor {
         }
         match self.settings.anonymous {
             AnonymousMode::Reject => Err(IdentityError::Missing),
-            AnonymousMode::Ip => Ok(Identity::from_ip(ip)),
+            AnonymousMode::Ip => Ok(Identity::from_ip_grouped(ip, self.settings.ipv6_prefix)),
         }
     }
 
@@ -118,12 +134,18 @@ impl HeaderExtractor {
 /// The client IP: the peer, or, when the peer is one of `trusted` proxies,
 /// the rightmost `X-Forwarded-For` hop that is not itself a trusted proxy.
 /// `None` when the peer is unknown.
+///
+/// Addresses are canonical: an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`,
+/// what a dual-stack `[::]` listener reports for IPv4 peers) is the IPv4
+/// address, for the trusted-proxy test and for the answer alike.
 pub fn client_ip(
     trusted: &[crate::policy::IpNet],
     headers: &HeaderMap,
     peer: Option<IpAddr>,
 ) -> Result<Option<IpAddr>, IdentityError> {
-    let Some(peer) = peer else { return Ok(None) };
+    let Some(peer) = peer.map(|p| p.to_canonical()) else {
+        return Ok(None);
+    };
     if !settings_ip_in(trusted, peer) {
         return Ok(Some(peer));
     }
@@ -155,6 +177,7 @@ fn parse_hop(hop: &str) -> Option<IpAddr> {
     hop.parse::<IpAddr>()
         .ok()
         .or_else(|| hop.parse::<SocketAddr>().ok().map(|s| s.ip()))
+        .map(|ip| ip.to_canonical())
 }
 
 /// The token of an `Authorization: Bearer <token>` value; `None` for other
@@ -173,7 +196,8 @@ fn bearer_token(v: &[u8]) -> Option<&[u8]> {
 }
 
 /// The peer address axum recorded for a request: `ConnectInfo` from
-/// `into_make_service_with_connect_info`, or `MockConnectInfo` in tests.
+/// `into_make_service_with_connect_info`, or `MockConnectInfo` in tests,
+/// in canonical form (an IPv4-mapped IPv6 peer is its IPv4 address).
 pub fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
     extensions
         .get::<ConnectInfo<SocketAddr>>()
@@ -183,15 +207,12 @@ pub fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
                 .get::<axum::extract::connect_info::MockConnectInfo<SocketAddr>>()
                 .map(|m| m.0.ip())
         })
+        .map(|ip| ip.to_canonical())
 }
 
 impl KeyExtractor for HeaderExtractor {
-    fn extract(
-        &self,
-        headers: &HeaderMap,
-        extensions: &Extensions,
-    ) -> Result<Identity, IdentityError> {
-        self.identify(headers, peer_ip(extensions))
+    fn extract(&self, request: &http::request::Parts) -> Result<Identity, IdentityError> {
+        self.identify(&request.headers, peer_ip(&request.extensions))
     }
 }
 
@@ -272,6 +293,65 @@ mod tests {
             .identify(&h, Some("127.0.0.1".parse().unwrap()))
             .unwrap_err();
         assert_eq!(err.status(), http::StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn one_secret_is_one_identity_whichever_header_carried_it() {
+        let by_header = ex()
+            .identify(&headers(&[("x-api-key", b"free_secret")]), None)
+            .unwrap();
+        let by_bearer = ex()
+            .identify(&headers(&[("authorization", b"Bearer free_secret")]), None)
+            .unwrap();
+        assert_eq!(by_header.hash(), by_bearer.hash());
+    }
+
+    #[test]
+    fn an_ipv4_mapped_peer_is_its_ipv4_address_for_proxies_and_identity() {
+        let h = headers(&[("x-forwarded-for", b"::ffff:203.0.113.9")]);
+        let mapped: IpAddr = "::ffff:127.0.0.1".parse().unwrap();
+        let id = ex().identify(&h, Some(mapped)).unwrap();
+        assert_eq!(id.ip, Some("203.0.113.9".parse().unwrap()));
+        let plain = ex()
+            .identify(&HeaderMap::new(), Some("203.0.113.9".parse().unwrap()))
+            .unwrap();
+        assert_eq!(id.hash(), plain.hash());
+        let direct = ex()
+            .identify(
+                &HeaderMap::new(),
+                Some("::ffff:198.51.100.7".parse().unwrap()),
+            )
+            .unwrap();
+        assert_eq!(direct.ip, Some("198.51.100.7".parse().unwrap()));
+    }
+
+    #[test]
+    fn ipv6_clients_of_one_prefix_are_one_anonymous_identity() {
+        let a = ex()
+            .identify(&HeaderMap::new(), Some("2001:db8:1:2::1".parse().unwrap()))
+            .unwrap();
+        let b = ex()
+            .identify(
+                &HeaderMap::new(),
+                Some("2001:db8:1:2:ffff:1:2:3".parse().unwrap()),
+            )
+            .unwrap();
+        let other = ex()
+            .identify(&HeaderMap::new(), Some("2001:db8:1:3::1".parse().unwrap()))
+            .unwrap();
+        assert_eq!(a.hash(), b.hash());
+        assert_ne!(a.hash(), other.hash());
+        let exact = HeaderExtractor::new(IdentitySettings {
+            ipv6_prefix: 128,
+            ..Default::default()
+        });
+        let a = exact
+            .identify(&HeaderMap::new(), Some("2001:db8:1:2::1".parse().unwrap()))
+            .unwrap();
+        let b = exact
+            .identify(&HeaderMap::new(), Some("2001:db8:1:2::2".parse().unwrap()))
+            .unwrap();
+        assert_ne!(a.hash(), b.hash());
     }
 
     #[test]

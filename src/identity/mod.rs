@@ -36,13 +36,51 @@ pub enum IdentityKind {
 }
 
 impl IdentityKind {
-    /// A short name, mixed into the identity hash.
+    /// A short name of the kind.
     pub fn as_str(self) -> &'static str {
         match self {
             IdentityKind::ApiKey => "key",
             IdentityKind::Bearer => "bearer",
             IdentityKind::Ip => "ip",
             IdentityKind::Custom => "custom",
+        }
+    }
+
+    /// The class mixed into the identity hash. An API key and a Bearer
+    /// token are one class: the same secret is one identity whichever
+    /// header carried it, or a client could spend its quota twice.
+    pub fn hash_class(self) -> &'static str {
+        match self {
+            IdentityKind::ApiKey | IdentityKind::Bearer => "key",
+            IdentityKind::Ip => "ip",
+            IdentityKind::Custom => "custom",
+        }
+    }
+}
+
+/// The IPv6 prefix length anonymous and IP-scoped limits group addresses
+/// by when no policy says otherwise (`[identity] ipv6_prefix`).
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+
+/// The address group an IP counts in: an IPv4 address (IPv4-mapped IPv6
+/// included) is itself; an IPv6 address is its network of `ipv6_prefix`
+/// bits (`2001:db8:1:2::/64`), since one host usually holds a whole /64
+/// and would otherwise get a fresh quota per address.
+pub fn address_group(ip: IpAddr, ipv6_prefix: u8) -> String {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let bits = ipv6_prefix.min(128);
+            if bits == 128 {
+                return v6.to_string();
+            }
+            let mask = if bits == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(bits))
+            };
+            let net = std::net::Ipv6Addr::from(u128::from(v6) & mask);
+            format!("{net}/{bits}")
         }
     }
 }
@@ -62,7 +100,7 @@ impl Identity {
     /// An identity of `kind` with raw value `raw`.
     pub fn new(kind: IdentityKind, raw: impl Into<String>) -> Self {
         let raw = raw.into();
-        let hash = hash_identity(kind.as_str(), &raw);
+        let hash = hash_identity(kind.hash_class(), &raw);
         Self {
             kind,
             raw,
@@ -72,17 +110,26 @@ impl Identity {
     }
 
     /// An anonymous caller known by IP (or `unknown` when the server
-    /// was not given peer addresses).
+    /// was not given peer addresses), IPv6 grouped by
+    /// [`DEFAULT_IPV6_PREFIX`].
     pub fn from_ip(ip: Option<IpAddr>) -> Self {
-        let raw = ip.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
+        Self::from_ip_grouped(ip, DEFAULT_IPV6_PREFIX)
+    }
+
+    /// An anonymous caller known by the [`address_group`] of its IP: every
+    /// address of one IPv6 network of `ipv6_prefix` bits is one caller.
+    pub fn from_ip_grouped(ip: Option<IpAddr>, ipv6_prefix: u8) -> Self {
+        let ip = ip.map(|ip| ip.to_canonical());
+        let raw = ip.map_or_else(|| "unknown".to_owned(), |ip| address_group(ip, ipv6_prefix));
         let mut id = Self::new(IdentityKind::Ip, raw);
         id.ip = ip;
         id
     }
 
-    /// Attaches the client IP.
+    /// Attaches the client IP (kept in canonical form: an IPv4-mapped IPv6
+    /// address is its IPv4 address).
     pub fn with_ip(mut self, ip: Option<IpAddr>) -> Self {
-        self.ip = ip;
+        self.ip = ip.map(|ip| ip.to_canonical());
         self
     }
 

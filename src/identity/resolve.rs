@@ -2,15 +2,35 @@
 
 use std::sync::Arc;
 
+use http::request::Parts;
+
 use super::Identity;
 use crate::policy::Policy;
 
-/// Names the tier of an identity. Implement it to read a JWT claim or look a
-/// customer up; return `None` to fall back to the key-prefix rule.
-#[async_trait::async_trait]
+/// Names the tier of a request's caller. Implement it to read a plan that
+/// an auth layer put into the request's extensions (a JWT claim, a
+/// customer record); return `None` to fall back to the key-prefix rule.
+///
+/// It is synchronous on purpose: it runs on every request, so a lookup
+/// that needs I/O belongs in the auth layer before it (which can cache),
+/// with its answer left in the extensions for the resolver to read.
+///
+/// ```
+/// use http::request::Parts;
+/// use ratewatch::{Identity, TierResolver};
+/// #[derive(Clone)]
+/// struct Plan(&'static str); // set by an auth layer
+/// struct PlanResolver;
+/// impl TierResolver for PlanResolver {
+///     fn resolve(&self, _: &Identity, request: &Parts) -> Option<String> {
+///         request.extensions.get::<Plan>().map(|p| p.0.to_owned())
+///     }
+/// }
+/// ```
 pub trait TierResolver: Send + Sync + 'static {
-    /// The tier name for `identity`, or `None` for the default rule.
-    async fn resolve(&self, identity: &Identity) -> Option<String>;
+    /// The tier name for `identity` calling with `request` (its method,
+    /// URI, headers and extensions), or `None` for the default rule.
+    fn resolve(&self, identity: &Identity, request: &Parts) -> Option<String>;
 }
 
 /// The default rule: anonymous callers get `anonymous_tier`, keys the first
@@ -36,9 +56,8 @@ impl PrefixResolver {
     }
 }
 
-#[async_trait::async_trait]
 impl TierResolver for PrefixResolver {
-    async fn resolve(&self, identity: &Identity) -> Option<String> {
+    fn resolve(&self, identity: &Identity, _: &Parts) -> Option<String> {
         Some(self.tier_of(identity))
     }
 }

@@ -47,10 +47,91 @@ pub fn seconds_until_return(d: &Decision) -> u64 {
     ceil_secs(until_return(d))
 }
 
-/// Adds the rate-limit headers of `d` to `h`. Times are counted from when
+/// Which header families a limited response carries. All are on by
+/// default; `Retry-After` on a 429 or 503 is governed by `retry_after`.
+///
+/// ```
+/// use ratewatch::layer::HeaderFamilies;
+/// let only_ietf = HeaderFamilies { x_ratelimit: false, ..HeaderFamilies::default() };
+/// assert!(only_ietf.ietf && only_ietf.retry_after);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderFamilies {
+    /// `RateLimit-Policy` and `RateLimit` (the IETF draft fields).
+    pub ietf: bool,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`.
+    pub x_ratelimit: bool,
+    /// `Retry-After` on refusals (429, 503).
+    pub retry_after: bool,
+}
+
+impl Default for HeaderFamilies {
+    fn default() -> Self {
+        Self::ALL
+    }
+}
+
+impl HeaderFamilies {
+    /// Every family.
+    pub const ALL: Self = Self {
+        ietf: true,
+        x_ratelimit: true,
+        retry_after: true,
+    };
+    /// No header at all.
+    pub const NONE: Self = Self {
+        ietf: false,
+        x_ratelimit: false,
+        retry_after: false,
+    };
+}
+
+/// Adds every rate-limit header of `d` to `h`. Times are counted from when
 /// the store decided (Redis `TIME` on Redis). A fallback that counted
 /// nothing adds `RateLimit-Policy` only.
 pub fn insert(h: &mut HeaderMap, d: &Decision) {
+    insert_families(h, d, HeaderFamilies::ALL);
+}
+
+/// Adds the rate-limit headers of `d` in `families` to `h` (`Retry-After`
+/// is not one of them: refusals add it).
+pub fn insert_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies) {
+    if families.ietf {
+        insert_policy(h, d);
+    }
+    if !(families.ietf || families.x_ratelimit) {
+        return;
+    }
+    let Some(top) = d.most_constraining() else {
+        return;
+    };
+    let remaining = top.remaining.max(0.0).floor() as u64;
+    let until = until_return(d);
+    if families.ietf {
+        let t = ceil_secs(until);
+        put(
+            h,
+            RATELIMIT,
+            format!("{};r={remaining};t={t}", sf_string(&top.name)),
+        );
+    }
+    if families.x_ratelimit {
+        // The epoch second at or after which quota is back: rounded up, so
+        // a client waiting until then is never early.
+        let reset = (d.decided_at + until.as_micros() as u64).div_ceil(MICROS_PER_SEC);
+        put(h, X_RATELIMIT_LIMIT, top.quota.to_string());
+        put(h, X_RATELIMIT_REMAINING, remaining.to_string());
+        put(h, X_RATELIMIT_RESET, reset.to_string());
+    }
+}
+
+fn put(h: &mut HeaderMap, name: HeaderName, value: String) {
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        h.insert(name, v);
+    }
+}
+
+fn insert_policy(h: &mut HeaderMap, d: &Decision) {
     let policy: Vec<String> = d
         .limits
         .iter()
@@ -60,29 +141,6 @@ pub fn insert(h: &mut HeaderMap, d: &Decision) {
     if !policy.is_empty() {
         if let Ok(v) = HeaderValue::from_str(&policy.join(", ")) {
             h.insert(RATELIMIT_POLICY, v);
-        }
-    }
-    let Some(top) = d.most_constraining() else {
-        return;
-    };
-    let remaining = top.remaining.max(0.0).floor() as u64;
-    let until = until_return(d);
-    let t = ceil_secs(until);
-    // The epoch second at or after which quota is back: rounded up, so a
-    // client waiting until then is never early.
-    let reset = (d.decided_at + until.as_micros() as u64).div_ceil(MICROS_PER_SEC);
-    let values = [
-        (
-            RATELIMIT,
-            format!("{};r={remaining};t={t}", sf_string(&top.name)),
-        ),
-        (X_RATELIMIT_LIMIT, top.quota.to_string()),
-        (X_RATELIMIT_REMAINING, remaining.to_string()),
-        (X_RATELIMIT_RESET, reset.to_string()),
-    ];
-    for (name, value) in values {
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            h.insert(name, v);
         }
     }
 }

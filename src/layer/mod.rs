@@ -27,31 +27,94 @@
 
 mod future;
 pub mod headers;
+mod options;
 mod response;
 mod service;
 
+use std::sync::Arc;
+
+use axum::response::Response;
+use tower::Layer;
+
 pub use future::ResponseFuture;
+pub use headers::HeaderFamilies;
+pub use response::Refusal;
 pub use service::RateLimit;
 
+use crate::{Decision, Identity, Limiter};
+use options::Options;
+
 /// The 400 / 401 answer for a request without a usable identity.
-pub fn identity_error_response(e: &crate::identity::IdentityError) -> axum::response::Response {
+pub fn identity_error_response(e: &crate::identity::IdentityError) -> Response {
     response::identity_error(e)
 }
 
-use tower::Layer;
-
-use crate::Limiter;
-
 /// Rate-limits every request of the wrapped service with a [`Limiter`].
+///
+/// Handlers find the [`Decision`] in the request's extensions
+/// (`Extension<Decision>`), and outer layers in the response's.
 #[derive(Debug, Clone)]
 pub struct RateLimitLayer {
     limiter: Limiter,
+    options: Arc<Options>,
 }
 
 impl RateLimitLayer {
     /// A layer deciding with `limiter`.
     pub fn new(limiter: Limiter) -> Self {
-        Self { limiter }
+        Self {
+            limiter,
+            options: Arc::default(),
+        }
+    }
+
+    /// Answers refusals (429, 503, 400, 401) with `respond` instead of
+    /// ratewatch's JSON body. [`Refusal::default_response`] is there to fall
+    /// back on. The rate-limit headers, `Retry-After` and
+    /// `WWW-Authenticate` are added where the response does not set them.
+    ///
+    /// ```
+    /// use axum::response::IntoResponse;
+    /// use ratewatch::layer::{RateLimitLayer, Refusal};
+    /// fn problem(r: &Refusal<'_>) -> axum::response::Response {
+    ///     match r {
+    ///         Refusal::RateLimited { retry_after_secs, .. } => (
+    ///             r.status(),
+    ///             [("content-type", "application/problem+json")],
+    ///             format!(r#"{{"title":"Too Many Requests","retry_after":{retry_after_secs}}}"#),
+    ///         )
+    ///             .into_response(),
+    ///         _ => r.default_response(),
+    ///     }
+    /// }
+    /// # fn layer(limiter: ratewatch::Limiter) -> RateLimitLayer {
+    /// limiter.layer().with_refusal(problem)
+    /// # }
+    /// ```
+    pub fn with_refusal(
+        mut self,
+        respond: impl Fn(&Refusal<'_>) -> Response + Send + Sync + 'static,
+    ) -> Self {
+        Arc::make_mut(&mut self.options).responder = Some(Arc::new(respond));
+        self
+    }
+
+    /// Calls `hook` with every decision the layer makes (allowed or not) and
+    /// the caller it was made for, before the request goes on. Keep it cheap
+    /// and non-blocking: it runs on the request path. The identity's raw key
+    /// is there for billing; never log it.
+    pub fn on_decision(
+        mut self,
+        hook: impl Fn(&Decision, &Identity) + Send + Sync + 'static,
+    ) -> Self {
+        Arc::make_mut(&mut self.options).on_decision = Some(Arc::new(hook));
+        self
+    }
+
+    /// Sends only the header families in `families`.
+    pub fn with_headers(mut self, families: HeaderFamilies) -> Self {
+        Arc::make_mut(&mut self.options).headers = families;
+        self
     }
 }
 
@@ -59,7 +122,7 @@ impl<S> Layer<S> for RateLimitLayer {
     type Service = RateLimit<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::new(inner, self.limiter.clone())
+        RateLimit::with_options(inner, self.limiter.clone(), self.options.clone())
     }
 }
 

@@ -1,5 +1,7 @@
-//! The limiter's own answers: 429, 503, 400, 401, each with a small JSON
-//! body saying what happened and when to retry.
+//! The limiter's own answers: 429, 503, 400, 401. [`Refusal`] says what was
+//! refused; its default response is a small JSON body saying what happened
+//! and when to retry, and an app may answer with its own instead
+//! ([`RateLimitLayer::with_refusal`](super::RateLimitLayer::with_refusal)).
 
 use std::time::Duration;
 
@@ -8,13 +10,190 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 use serde::Serialize;
 
-use super::headers::{self, ceil_secs};
+use super::headers::{self, HeaderFamilies, ceil_secs};
 use crate::identity::IdentityError;
 use crate::policy::FailurePolicy;
 use crate::{Decision, Source};
 
+/// A request the limiter answers itself instead of passing it on.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum Refusal<'a> {
+    /// A limit blocked the request: 429.
+    RateLimited {
+        /// The decision; [`Decision::most_constraining`] names the limit.
+        decision: &'a Decision,
+        /// Whole seconds until the request would pass (jitter included).
+        retry_after_secs: u64,
+    },
+    /// The store could not decide and the route fails closed: 503.
+    Unavailable {
+        /// The fallback decision.
+        decision: &'a Decision,
+        /// Whole seconds until the limiter tries the store again.
+        retry_after_secs: u64,
+    },
+    /// A header that identifies callers is malformed or too long: 400.
+    BadIdentity(&'a IdentityError),
+    /// No key, and anonymous callers are rejected: 401.
+    Unauthorized(&'a IdentityError),
+}
+
+impl<'a> Refusal<'a> {
+    /// The refusal of a decision that did not allow: 503 when the route
+    /// failed closed, else 429. `jitter` is the most `Retry-After` may be
+    /// pushed back, so refused clients do not all return at once.
+    pub(crate) fn of_decision(d: &'a Decision, jitter: Duration) -> Self {
+        let retry = d.retry_after.unwrap_or(Duration::from_secs(1));
+        let jitter = if jitter.is_zero() {
+            Duration::ZERO
+        } else {
+            Duration::from_micros(rand::random_range(0..=jitter.as_micros() as u64))
+        };
+        let retry_after_secs = ceil_secs(retry + jitter).max(1);
+        let closed = matches!(
+            d.source,
+            Source::Fallback {
+                policy: FailurePolicy::Closed,
+                ..
+            }
+        );
+        if closed {
+            Refusal::Unavailable {
+                decision: d,
+                retry_after_secs,
+            }
+        } else {
+            Refusal::RateLimited {
+                decision: d,
+                retry_after_secs,
+            }
+        }
+    }
+
+    /// The refusal of a request without a usable identity.
+    pub(crate) fn of_identity(e: &'a IdentityError) -> Self {
+        if e.status() == StatusCode::UNAUTHORIZED {
+            Refusal::Unauthorized(e)
+        } else {
+            Refusal::BadIdentity(e)
+        }
+    }
+
+    /// The status of the default answer.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Refusal::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Refusal::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Refusal::BadIdentity(e) | Refusal::Unauthorized(e) => e.status(),
+        }
+    }
+
+    /// The decision behind a 429 or 503.
+    pub fn decision(&self) -> Option<&'a Decision> {
+        match *self {
+            Refusal::RateLimited { decision, .. } | Refusal::Unavailable { decision, .. } => {
+                Some(decision)
+            }
+            Refusal::BadIdentity(_) | Refusal::Unauthorized(_) => None,
+        }
+    }
+
+    /// Whole seconds to wait before retrying (429 and 503 only).
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match *self {
+            Refusal::RateLimited {
+                retry_after_secs, ..
+            }
+            | Refusal::Unavailable {
+                retry_after_secs, ..
+            } => Some(retry_after_secs),
+            Refusal::BadIdentity(_) | Refusal::Unauthorized(_) => None,
+        }
+    }
+
+    /// ratewatch's own answer: the status and a JSON body naming the tier,
+    /// the limit and when to retry (headers are added by
+    /// [`Refusal::finish`]).
+    pub fn default_response(&self) -> Response {
+        match *self {
+            Refusal::RateLimited {
+                decision,
+                retry_after_secs,
+            } => {
+                let limit = decision.most_constraining().map(|l| &*l.name);
+                let body = RefusalBody {
+                    error: "rate_limited",
+                    message: format!(
+                        "limit \"{}\" of tier \"{}\" exceeded; retry in {retry_after_secs} s",
+                        limit.unwrap_or("?"),
+                        decision.tier
+                    ),
+                    tier: &decision.tier,
+                    limit,
+                    retry_after_seconds: retry_after_secs,
+                };
+                (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response()
+            }
+            Refusal::Unavailable {
+                decision,
+                retry_after_secs,
+            } => {
+                let body = RefusalBody {
+                    error: "rate_limiter_unavailable",
+                    message: format!(
+                        "the rate limiter cannot decide right now and this route fails closed; retry in {retry_after_secs} s"
+                    ),
+                    tier: &decision.tier,
+                    limit: None,
+                    retry_after_seconds: retry_after_secs,
+                };
+                (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+            }
+            Refusal::BadIdentity(e) | Refusal::Unauthorized(e) => {
+                let error = if e.status() == StatusCode::UNAUTHORIZED {
+                    "api_key_required"
+                } else {
+                    "bad_identity"
+                };
+                let body = BadIdentity {
+                    error,
+                    message: e.to_string(),
+                };
+                (e.status(), Json(body)).into_response()
+            }
+        }
+    }
+
+    /// Adds what every refusal carries, whoever built the response: the
+    /// rate-limit headers of `families`, `Retry-After` on a 429 or 503 and
+    /// `WWW-Authenticate` on a 401, each only where the response has not
+    /// set it itself.
+    pub(crate) fn finish(&self, mut res: Response, families: HeaderFamilies) -> Response {
+        let h = res.headers_mut();
+        if let Some(d) = self.decision() {
+            let mut ours = http::HeaderMap::new();
+            headers::insert_families(&mut ours, d, families);
+            for (name, value) in ours {
+                if let Some(name) = name {
+                    h.entry(name).or_insert(value);
+                }
+            }
+        }
+        if let (Some(secs), true) = (self.retry_after_secs(), families.retry_after) {
+            h.entry(header::RETRY_AFTER)
+                .or_insert_with(|| HeaderValue::from(secs));
+        }
+        if matches!(self, Refusal::Unauthorized(_)) {
+            h.entry(header::WWW_AUTHENTICATE)
+                .or_insert(HeaderValue::from_static("Bearer"));
+        }
+        res
+    }
+}
+
 #[derive(Serialize)]
-struct Refusal<'a> {
+struct RefusalBody<'a> {
     error: &'static str,
     message: String,
     tier: &'a str,
@@ -23,86 +202,15 @@ struct Refusal<'a> {
     retry_after_seconds: u64,
 }
 
-/// The answer to a refused request: 429 when a limit blocked it, 503 when
-/// the store could not decide and the route fails closed.
-pub(crate) fn refused(d: &Decision, jitter: Duration) -> Response {
-    let closed = matches!(
-        d.source,
-        Source::Fallback {
-            policy: FailurePolicy::Closed,
-            ..
-        }
-    );
-    let retry = d.retry_after.unwrap_or(Duration::from_secs(1));
-    let jitter = if jitter.is_zero() {
-        Duration::ZERO
-    } else {
-        Duration::from_micros(rand::random_range(0..=jitter.as_micros() as u64))
-    };
-    let retry_secs = ceil_secs(retry + jitter).max(1);
-    let limit = d.most_constraining().map(|l| &*l.name);
-    let (status, body) = if closed {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Refusal {
-                error: "rate_limiter_unavailable",
-                message: format!(
-                    "the rate limiter cannot decide right now and this route fails closed; retry in {retry_secs} s"
-                ),
-                tier: &d.tier,
-                limit: None,
-                retry_after_seconds: retry_secs,
-            },
-        )
-    } else {
-        (
-            StatusCode::TOO_MANY_REQUESTS,
-            Refusal {
-                error: "rate_limited",
-                message: format!(
-                    "limit \"{}\" of tier \"{}\" exceeded; retry in {retry_secs} s",
-                    limit.unwrap_or("?"),
-                    d.tier
-                ),
-                tier: &d.tier,
-                limit,
-                retry_after_seconds: retry_secs,
-            },
-        )
-    };
-    let mut res = (status, Json(body)).into_response();
-    headers::insert(res.headers_mut(), d);
-    res.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(retry_secs));
-    res
-}
-
 #[derive(Serialize)]
 struct BadIdentity {
     error: &'static str,
     message: String,
 }
 
-/// The answer to a request whose identity is malformed (400) or missing
-/// where keys are required (401).
+/// ratewatch's answer to a request without a usable identity: 400 for a
+/// malformed value, 401 (with `WWW-Authenticate`) where keys are required.
 pub(crate) fn identity_error(e: &IdentityError) -> Response {
-    let status = e.status();
-    let error = if status == StatusCode::UNAUTHORIZED {
-        "api_key_required"
-    } else {
-        "bad_identity"
-    };
-    let mut res = (
-        status,
-        Json(BadIdentity {
-            error,
-            message: e.to_string(),
-        }),
-    )
-        .into_response();
-    if status == StatusCode::UNAUTHORIZED {
-        res.headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    }
-    res
+    let refusal = Refusal::of_identity(e);
+    refusal.finish(refusal.default_response(), HeaderFamilies::ALL)
 }

@@ -6,9 +6,23 @@ use axum::response::Response;
 use http::Request;
 use tower::Service;
 
+use std::sync::Arc;
+
 use super::future::ResponseFuture;
-use super::{headers, response};
+use super::headers;
+use super::options::Options;
+use super::response::Refusal;
 use crate::Limiter;
+
+/// The path route rules are matched against: the one the client sent, as
+/// the outermost axum router saw it (`OriginalUri`), not the remainder a
+/// layer inside `Router::nest("/v1", ...)` is shown, so `/v1/...` rules
+/// apply there too. Outside axum, the request's own path.
+fn routed_path<B>(req: &Request<B>) -> &str {
+    req.extensions()
+        .get::<axum::extract::OriginalUri>()
+        .map_or_else(|| req.uri().path(), |o| o.0.path())
+}
 
 /// Wraps a service: identifies the caller, decides, and either answers
 /// (429 / 503 / 400 / 401) or passes the request on with headers added.
@@ -16,12 +30,21 @@ use crate::Limiter;
 pub struct RateLimit<S> {
     inner: S,
     limiter: Limiter,
+    options: Arc<Options>,
 }
 
 impl<S> RateLimit<S> {
-    /// Wraps `inner`.
+    /// Wraps `inner` with the default options.
     pub fn new(inner: S, limiter: Limiter) -> Self {
-        Self { inner, limiter }
+        Self::with_options(inner, limiter, Arc::default())
+    }
+
+    pub(super) fn with_options(inner: S, limiter: Limiter, options: Arc<Options>) -> Self {
+        Self {
+            inner,
+            limiter,
+            options,
+        }
     }
 }
 
@@ -46,26 +69,35 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let limiter = self.limiter.clone();
+        let options = self.options.clone();
         ResponseFuture::new(Box::pin(async move {
-            let route = limiter.route_for(req.method().as_str(), req.uri().path());
+            let route = limiter.route_for(req.method().as_str(), routed_path(&req));
             if limiter.is_exempt(route) {
                 return inner.call(req).await;
             }
-            let identity = match limiter.extractor().extract(req.headers(), req.extensions()) {
+            let (mut parts, body) = req.into_parts();
+            let identity = match limiter.identify(&parts) {
                 Ok(id) => id,
-                Err(e) => return Ok(response::identity_error(&e)),
+                Err(e) => return Ok(options.refuse(&Refusal::of_identity(&e))),
             };
-            let tier = limiter.resolve_tier(&identity).await;
+            let tier = limiter.resolve_tier(&identity, &parts);
             let decision = limiter.check(&identity, &tier, route).await;
+            if let Some(hook) = &options.on_decision {
+                hook(&decision, &identity);
+            }
             if !decision.allowed {
                 let jitter = limiter.policy().resilience.retry_after_jitter;
-                return Ok(response::refused(&decision, jitter));
+                let mut res = options.refuse(&Refusal::of_decision(&decision, jitter));
+                res.extensions_mut().insert(decision);
+                return Ok(res);
             }
             if !decision.delay.is_zero() {
                 tokio::time::sleep(decision.delay).await;
             }
-            let mut res = inner.call(req).await?;
-            headers::insert(res.headers_mut(), &decision);
+            parts.extensions.insert(decision.clone());
+            let mut res = inner.call(Request::from_parts(parts, body)).await?;
+            headers::insert_families(res.headers_mut(), &decision, options.headers);
+            res.extensions_mut().insert(decision);
             Ok(res)
         }))
     }

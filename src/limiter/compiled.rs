@@ -1,13 +1,16 @@
 //! The policy compiled for the hot path: per tier and route, the limits
-//! with their key parts and their scaled (split, local fallback) forms,
-//! so a request only formats its keys.
+//! with their key parts and their shares (split, local fallback), so a
+//! request only formats its keys.
+//!
+//! Shares come from [`crate::policy::shares`], the same functions the
+//! policy's validation checks, so what `check-config` accepts is what runs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::algorithm::Algorithm;
-use crate::identity::Identity;
-use crate::policy::{FailurePolicy, Limit, Policy, RouteRule, Scope};
+use crate::identity::{Identity, address_group};
+use crate::policy::{FailurePolicy, Limit, Policy, RouteRule, Scope, shares};
 use crate::store::Item;
 use crate::store::keys::{self, hash_identity};
 
@@ -15,32 +18,26 @@ use crate::store::keys::{self, hash_identity};
 #[derive(Debug, Clone)]
 pub(crate) struct CompiledLimit {
     pub name: Arc<str>,
-    /// The name inside the key (route limits carry their route).
-    key_name: String,
+    /// The `<name>:<alg>` end of its keys (route limits carry their route).
+    key_suffix: (String, &'static str),
     pub scope: Scope,
     pub shadow: bool,
-    /// The enforced algorithm (already divided by the tier's split).
+    /// The enforced algorithm (the tier's split share, if split).
     pub algorithm: Algorithm,
     /// The local fallback's share: 1 / expected_instances of it.
     pub local: Algorithm,
 }
 
 impl CompiledLimit {
-    /// `min_quota` is the largest route cost: no share may drop below it.
-    fn new(limit: &Limit, key_name: String, split: u32, instances: u32, min_quota: u64) -> Self {
-        // Only identity keys are split into sub-identities; IP and route
-        // keys stay whole, and so do their quotas.
-        let algorithm = if split > 1 && limit.scope == Scope::Identity {
-            limit
-                .algorithm
-                .scaled_keeping(1.0 / split as f64, min_quota)
-        } else {
-            limit.algorithm.clone()
-        };
-        let local = algorithm.scaled_keeping(1.0 / instances as f64, min_quota);
+    fn new(limit: &Limit, route_tag: Option<&str>, split: u32, instances: u32) -> Self {
+        let algorithm = shares::split_share(limit, split);
+        let local = shares::local_share(&algorithm, instances);
         Self {
             name: limit.name.as_str().into(),
-            key_name,
+            key_suffix: (
+                keys::limit_name(route_tag, &limit.name),
+                keys::algorithm_code(&limit.algorithm),
+            ),
             scope: limit.scope,
             shadow: limit.shadow,
             algorithm,
@@ -63,8 +60,8 @@ pub(crate) struct CompiledRoute {
     pub rule: RouteRule,
     pub label: Arc<str>,
     pub failure: FailurePolicy,
-    /// [`keys::hash_route`] of the pattern, for route-wide keys.
-    hash: String,
+    /// The rule's tag in keys ([`keys::route_tags`] of method and pattern).
+    tag: String,
 }
 
 /// The whole policy, compiled.
@@ -75,15 +72,19 @@ pub(crate) struct Compiled {
     pub default_failure: FailurePolicy,
     pub prefix: String,
     pub any_route: Arc<str>,
-    /// [`keys::hash_route`] of `*`, for route-wide limits outside any rule.
-    any_route_hash: String,
+    /// Bits of an IPv6 address that name one client.
+    ipv6_prefix: u8,
 }
 
 impl Compiled {
     pub fn new(policy: &Policy) -> Self {
         let instances = policy.resilience.expected_instances.max(1);
-        let min_quota = policy.max_route_cost();
-        let route_tag = |r: &RouteRule| keys::hash_route(&r.path)[..8].to_owned();
+        let tags = keys::route_tags(
+            policy
+                .routes
+                .iter()
+                .map(|r| (r.method.as_deref(), r.path.as_str())),
+        );
         let tiers = policy
             .tiers
             .iter()
@@ -92,24 +93,16 @@ impl Compiled {
                 let limits = t
                     .limits
                     .iter()
-                    .map(|l| CompiledLimit::new(l, l.name.clone(), split, instances, min_quota))
+                    .map(|l| CompiledLimit::new(l, None, split, instances))
                     .collect();
                 let route_limits = policy
                     .routes
                     .iter()
-                    .map(|r| {
-                        let tag = route_tag(r);
+                    .zip(&tags)
+                    .map(|(r, tag)| {
                         r.limits
                             .iter()
-                            .map(|l| {
-                                CompiledLimit::new(
-                                    l,
-                                    format!("r{tag}.{}", l.name),
-                                    split,
-                                    instances,
-                                    r.cost,
-                                )
-                            })
+                            .map(|l| CompiledLimit::new(l, Some(tag), split, instances))
                             .collect()
                     })
                     .collect();
@@ -125,13 +118,14 @@ impl Compiled {
         let routes = policy
             .routes
             .iter()
-            .map(|r| CompiledRoute {
+            .zip(tags)
+            .map(|(r, tag)| CompiledRoute {
                 rule: r.clone(),
                 label: r.label().into(),
                 failure: r
                     .on_store_failure
                     .unwrap_or(policy.resilience.on_store_failure),
-                hash: keys::hash_route(&r.path),
+                tag,
             })
             .collect();
         Self {
@@ -140,7 +134,7 @@ impl Compiled {
             default_failure: policy.resilience.on_store_failure,
             prefix: policy.store.key_prefix.clone(),
             any_route: "*".into(),
-            any_route_hash: keys::hash_route("*"),
+            ipv6_prefix: policy.identity.ipv6_prefix,
         }
     }
 
@@ -161,33 +155,36 @@ impl Compiled {
         local: bool,
     ) -> (Vec<Item>, Vec<&'a CompiledLimit>) {
         let route_limits = route.map_or(&[][..], |i| &tier.route_limits[i][..]);
-        let route_hash = route.map_or(self.any_route_hash.as_str(), |i| {
-            self.routes[i].hash.as_str()
-        });
+        let route_tag = route.map_or(keys::ANY_ROUTE, |i| self.routes[i].tag.as_str());
         let part = (tier.split > 1).then(|| rand::random_range(0..tier.split));
         let mut ip_hash = None;
         let limits: Vec<&CompiledLimit> = tier.limits.iter().chain(route_limits).collect();
         let items = limits
             .iter()
             .map(|l| {
+                let (name, alg) = (&l.key_suffix.0, l.key_suffix.1);
                 let key = match l.scope {
                     Scope::Identity => keys::identity_key(
                         &self.prefix,
                         &tier.name,
                         identity.hash(),
                         part,
-                        &l.key_name,
+                        name,
+                        alg,
                     ),
                     Scope::Ip => {
-                        let h = ip_hash.get_or_insert_with(|| match identity.ip {
-                            Some(ip) => hash_identity("ip", &ip.to_string()),
-                            None => identity.hash().to_owned(),
+                        // An unknown address is one address: rotating keys
+                        // must not buy fresh IP counters.
+                        let h = ip_hash.get_or_insert_with(|| {
+                            let group = identity.ip.map_or_else(
+                                || "unknown".to_owned(),
+                                |ip| address_group(ip, self.ipv6_prefix),
+                            );
+                            hash_identity("ip", &group)
                         });
-                        keys::ip_key(&self.prefix, &tier.name, h, &l.key_name)
+                        keys::ip_key(&self.prefix, h, name, alg)
                     }
-                    Scope::Route => {
-                        keys::route_key(&self.prefix, &tier.name, route_hash, &l.key_name)
-                    }
+                    Scope::Route => keys::route_key(&self.prefix, route_tag, name, alg),
                 };
                 Item {
                     key,
@@ -201,5 +198,69 @@ impl Compiled {
             })
             .collect();
         (items, limits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::IdentityKind;
+    use crate::policy::{Limit, Tier};
+
+    fn policy() -> Policy {
+        let per_ip = |cap| Limit::token_bucket("per_ip", cap, 1.0).with_scope(Scope::Ip);
+        Policy::builder()
+            .tier(
+                Tier::new("free")
+                    .match_prefix("free_")
+                    .limit(Limit::token_bucket("burst", 10, 1.0))
+                    .limit(per_ip(5)),
+            )
+            .tier(
+                Tier::new("pro")
+                    .match_prefix("pro_")
+                    .limit(Limit::token_bucket("burst", 10, 1.0))
+                    .limit(per_ip(50)),
+            )
+            .tier(Tier::new("anonymous").limit(per_ip(5)))
+            .route(
+                RouteRule::new("POST", "/api/data").with_limit(Limit::fixed_window(
+                    "writes",
+                    2,
+                    std::time::Duration::from_secs(60),
+                )),
+            )
+            .route(
+                RouteRule::new("GET", "/api/data")
+                    .with_limit(Limit::token_bucket("writes", 100, 1.0))
+                    .with_limit(Limit::token_bucket("all", 100, 1.0).with_scope(Scope::Route)),
+            )
+            .build()
+            .unwrap()
+    }
+
+    fn keys_of(c: &Compiled, tier: &str, route: Option<usize>, id: &Identity) -> Vec<String> {
+        let (items, _) = c.items(&c.tiers[tier], route, id, false);
+        items.into_iter().map(|i| i.key).collect()
+    }
+
+    #[test]
+    fn keys_carry_what_makes_a_counter_unique_and_nothing_else() {
+        let c = Compiled::new(&policy());
+        let ip = Some("203.0.113.9".parse().unwrap());
+        let free = Identity::new(IdentityKind::ApiKey, "free_a").with_ip(ip);
+        let pro = Identity::new(IdentityKind::Bearer, "pro_b").with_ip(ip);
+        let post = keys_of(&c, "free", Some(0), &free);
+        let get = keys_of(&c, "free", Some(1), &free);
+        // Two rules on one path: their limits never share a key.
+        assert_ne!(post[2], get[2]);
+        assert!(post[2].ends_with(":fw") && get[2].ends_with(":tb"));
+        // The IP counter is one whatever tier the key claims.
+        assert_eq!(post[1], keys_of(&c, "pro", Some(0), &pro)[1]);
+        assert!(!post[1].contains("free"));
+        // The route ceiling is one for every tier.
+        let pro_get = keys_of(&c, "pro", Some(1), &pro);
+        assert_eq!(get[3], pro_get[3]);
+        assert!(get[3].starts_with("rw:{rt:"));
     }
 }

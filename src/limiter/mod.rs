@@ -19,6 +19,7 @@
 
 mod compiled;
 mod decision;
+mod identify;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -207,19 +208,6 @@ impl Limiter {
     /// The clock of the memory store and the local fallback.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.inner.clock
-    }
-
-    /// The tier of `identity`: the resolver's answer if it names a known
-    /// tier, else the key-prefix rule.
-    pub async fn resolve_tier(&self, identity: &Identity) -> String {
-        match self.inner.resolver.resolve(identity).await {
-            Some(t) if self.inner.compiled.tiers.contains_key(&t) => t,
-            Some(t) => {
-                tracing::warn!(tier = %t, "tier resolver named an unknown tier; using the key-prefix rule");
-                self.inner.prefix_resolver.tier_of(identity)
-            }
-            None => self.inner.prefix_resolver.tier_of(identity),
-        }
     }
 
     /// The index of the route rule matching a request, if any.

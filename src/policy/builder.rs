@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use super::{
     ConfigError, DashboardSettings, IdentitySettings, Limit, Policy, ResilienceSettings, RouteRule,
-    StoreSettings, TelemetrySettings, Tier,
+    Scope, StoreSettings, TelemetrySettings, Tier, shares,
 };
 
 /// Builds a [`Policy`]; [`PolicyBuilder::build`] validates it.
@@ -70,7 +70,9 @@ impl PolicyBuilder {
         self
     }
 
-    /// Validates and scales the policy.
+    /// Validates and scales the policy. The scaled policy is validated
+    /// again, so what [`Policy::validate`] (and `ratewatch check-config`)
+    /// accepts is exactly what a limiter runs.
     pub fn build(self) -> Result<Policy, ConfigError> {
         let partition = self.partition.unwrap_or(1.0);
         let mut policy = Policy {
@@ -85,9 +87,15 @@ impl PolicyBuilder {
         };
         policy.validate()?;
         if partition < 1.0 {
-            let max_cost = policy.max_route_cost();
-            let scale =
-                |l: &mut Limit| l.algorithm = l.algorithm.scaled_keeping(partition, max_cost);
+            let invalid = |(field, message)| ConfigError::Invalid {
+                file: None,
+                line: None,
+                field,
+                message,
+            };
+            shares::check_partition(&policy, partition).map_err(invalid)?;
+            let (num, den) = shares::partition_ratio(partition);
+            let scale = |l: &mut Limit| l.algorithm = shares::divided(&l.algorithm, num, den);
             policy
                 .tiers
                 .iter_mut()
@@ -98,6 +106,12 @@ impl PolicyBuilder {
                 .iter_mut()
                 .flat_map(|r| r.limits.iter_mut())
                 .for_each(scale);
+            validate(&policy).map_err(|(field, message)| {
+                invalid((
+                    field,
+                    format!("{message} (once partition = {partition} is applied)"),
+                ))
+            })?;
         }
         Ok(policy)
     }
@@ -146,6 +160,15 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
         return Err((
             "identity.api_key_header".into(),
             "must be a valid HTTP header name such as \"x-api-key\"".into(),
+        ));
+    }
+    if !(1..=128).contains(&p.identity.ipv6_prefix) {
+        return Err((
+            "identity.ipv6_prefix".into(),
+            format!(
+                "must be from 1 to 128 (bits of an IPv6 address that name one client), got {}",
+                p.identity.ipv6_prefix
+            ),
         ));
     }
     if p.telemetry.top_keys == 0 || p.telemetry.top_keys > 10_000 {
@@ -205,8 +228,18 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
     }
     for (ri, route) in p.routes.iter().enumerate() {
         let at = format!("routes[{ri}]");
-        if !route.path.starts_with('/') {
-            return Err((format!("{at}.path"), "must start with '/'".into()));
+        if let Some((field, message)) = route.check() {
+            return Err((format!("{at}.{field}"), message));
+        }
+        if let Some(ei) = p.routes[..ri].iter().position(|e| route.is_shadowed_by(e)) {
+            return Err((
+                format!("{at}.path"),
+                format!(
+                    "is never matched: routes[{ei}] ({}) comes first and matches every request this rule ({}) would; move this rule above it or remove it",
+                    p.routes[ei].describe(),
+                    route.describe()
+                ),
+            ));
         }
         if route.cost == 0 {
             return Err((format!("{at}.cost"), "must be at least 1".into()));
@@ -229,7 +262,58 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
             }
         }
     }
+    check_shared_counters(p)?;
+    shares::check(p)
+}
+
+/// IP- and route-scoped limits of the same name in several tiers count on
+/// one counter (an address, or a route, is counted once whatever tier its
+/// callers claim). Each tier may set its own quota against that counter,
+/// but the counter's shape must agree: another algorithm or window would
+/// read it differently, and alternating tiers could reset it.
+fn check_shared_counters(p: &Policy) -> Result<(), (String, String)> {
+    let mut first: std::collections::HashMap<(Scope, &str), (usize, usize)> =
+        std::collections::HashMap::new();
+    for (ti, tier) in p.tiers.iter().enumerate() {
+        for (li, limit) in tier.limits.iter().enumerate() {
+            if limit.scope == Scope::Identity {
+                continue;
+            }
+            let Some(&(fti, fli)) = first.get(&(limit.scope, limit.name.as_str())) else {
+                first.insert((limit.scope, limit.name.as_str()), (ti, li));
+                continue;
+            };
+            let other = &p.tiers[fti].limits[fli];
+            let (field, what) = if other.algorithm.kind() != limit.algorithm.kind() {
+                ("algorithm", format!("algorithm {}", other.algorithm.kind()))
+            } else if window_of(&other.algorithm) != window_of(&limit.algorithm) {
+                ("window", "window".to_owned())
+            } else {
+                continue;
+            };
+            return Err((
+                format!("tiers[{ti}].limits[{li}].{field}"),
+                format!(
+                    "differs from tiers[{fti}].limits[{fli}] (\"{}\" of tier \"{}\"), which shares its {} counter; a {}-scoped limit of one name is one counter for every tier, so every tier must give it the same {what} (each may set its own quota)",
+                    other.name,
+                    p.tiers[fti].name,
+                    limit.scope.as_str(),
+                    limit.scope.as_str(),
+                ),
+            ));
+        }
+    }
     Ok(())
+}
+
+fn window_of(a: &crate::algorithm::Algorithm) -> Option<u64> {
+    use crate::algorithm::Algorithm::*;
+    match *a {
+        SlidingWindow { window_us, .. }
+        | SlidingLog { window_us, .. }
+        | FixedWindow { window_us, .. } => Some(window_us),
+        _ => None,
+    }
 }
 
 fn check_limits(limits: &[Limit], at: &str, cost: u64) -> Result<(), (String, String)> {
@@ -260,7 +344,7 @@ fn check_limits(limits: &[Limit], at: &str, cost: u64) -> Result<(), (String, St
         })?;
         if cost > limit.algorithm.max_cost() && !limit.shadow {
             return Err((
-                format!("{at}.{}", quota_field(limit)),
+                format!("{at}.{}", shares::quota_field(&limit.algorithm)),
                 format!(
                     "is {}, below the route's cost {cost}, so the request could never pass",
                     limit.algorithm.max_cost()
@@ -269,15 +353,6 @@ fn check_limits(limits: &[Limit], at: &str, cost: u64) -> Result<(), (String, St
         }
     }
     Ok(())
-}
-
-fn quota_field(limit: &Limit) -> &'static str {
-    use crate::algorithm::Algorithm::*;
-    match limit.algorithm {
-        TokenBucket { .. } | LeakyBucket { .. } => "capacity",
-        Gcra { .. } => "burst",
-        _ => "limit",
-    }
 }
 
 fn label_char(c: char) -> bool {

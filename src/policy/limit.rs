@@ -1,10 +1,31 @@
 //! One named limit: an algorithm, what it counts (scope) and whether it is
 //! enforced.
+//!
+//! Every algorithm has a builder taking rates and [`Duration`](std::time::Duration)s:
+//!
+//! ```
+//! use std::time::Duration;
+//! use ratewatch::{Limit, Policy, Tier};
+//! let tier = Tier::new("free")
+//!     .match_prefix("free_")
+//!     .limit(Limit::token_bucket("burst", 10, 0.5))
+//!     .limit(Limit::gcra("steady", 2.0, 5))
+//!     .limit(Limit::sliding_window("minute", 60, Duration::from_secs(60)))
+//!     .limit(Limit::sliding_log("exact", 5, Duration::from_secs(10)))
+//!     .limit(Limit::shaping_leaky_bucket("queue", 5.0, 10, Duration::from_millis(500)))
+//!     .limit(Limit::per_day("day", 1_000));
+//! let policy = Policy::builder()
+//!     .tier(tier)
+//!     .tier(Tier::new("anonymous").limit(Limit::leaky_bucket("burst", 1.0, 5)))
+//!     .build()
+//!     .unwrap();
+//! assert_eq!(policy.tiers[0].limits.len(), 6);
+//! ```
 
 use crate::algorithm::Algorithm;
 
 /// What a limit's counter is keyed by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Scope {
     /// The caller's identity (API key, token, or IP for anonymous callers).
     #[default]
@@ -72,7 +93,7 @@ impl Limit {
             name,
             Algorithm::SlidingWindow {
                 limit,
-                window_us: window.as_micros() as u64,
+                window_us: micros(window),
             },
         )
     }
@@ -83,9 +104,67 @@ impl Limit {
             name,
             Algorithm::FixedWindow {
                 limit,
-                window_us: window.as_micros() as u64,
+                window_us: micros(window),
             },
         )
+    }
+
+    /// An exact sliding log of `limit` units per `window` (one timestamp per
+    /// admitted unit: use it for small limits).
+    pub fn sliding_log(name: impl Into<String>, limit: u64, window: std::time::Duration) -> Self {
+        Self::new(
+            name,
+            Algorithm::SlidingLog {
+                limit,
+                window_us: micros(window),
+            },
+        )
+    }
+
+    /// GCRA: `rate_per_second` sustained, `burst` at once (one timestamp per
+    /// key).
+    pub fn gcra(name: impl Into<String>, rate_per_second: f64, burst: u64) -> Self {
+        Self::new(
+            name,
+            Algorithm::Gcra {
+                rate_per_second,
+                burst,
+            },
+        )
+    }
+
+    /// A policing leaky bucket: a queue of `capacity` draining at
+    /// `rate_per_second`; a request that does not fit is refused.
+    pub fn leaky_bucket(name: impl Into<String>, rate_per_second: f64, capacity: u64) -> Self {
+        Self::shaping_leaky_bucket(name, rate_per_second, capacity, std::time::Duration::ZERO)
+    }
+
+    /// A shaping leaky bucket: a request waits its turn in the queue, up to
+    /// `max_delay`, instead of being refused. A zero `max_delay` polices.
+    pub fn shaping_leaky_bucket(
+        name: impl Into<String>,
+        rate_per_second: f64,
+        capacity: u64,
+        max_delay: std::time::Duration,
+    ) -> Self {
+        Self::new(
+            name,
+            Algorithm::LeakyBucket {
+                rate_per_second,
+                capacity,
+                max_delay_us: micros(max_delay),
+            },
+        )
+    }
+
+    /// `limit` units per minute as a sliding window.
+    pub fn per_minute(name: impl Into<String>, limit: u64) -> Self {
+        Self::sliding_window(name, limit, std::time::Duration::from_secs(60))
+    }
+
+    /// `limit` units per UTC day as a fixed window (resets at 00:00 UTC).
+    pub fn per_day(name: impl Into<String>, limit: u64) -> Self {
+        Self::fixed_window(name, limit, std::time::Duration::from_secs(86_400))
     }
 
     /// `limit` per second as a token bucket of the same capacity.
@@ -104,4 +183,10 @@ impl Limit {
         self.scope = scope;
         self
     }
+}
+
+/// A duration in microseconds, saturating: `Policy::validate` rejects
+/// windows that are out of range with a clear error.
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

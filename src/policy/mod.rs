@@ -16,19 +16,22 @@
 
 mod builder;
 mod config;
+mod env;
 mod limit;
 mod route;
 mod settings;
+pub mod shares;
 mod tier;
 
 pub use builder::PolicyBuilder;
 pub use config::{ConfigError, parse_duration};
+pub use env::{CONFIG_VAR, REDIS_URL_VAR};
 pub use limit::{Limit, Scope};
 pub use route::{RouteRule, path_matches};
 pub use settings::{
     AnonymousMode, BreakerSettings, DashboardSettings, FailurePolicy, IdentitySettings, IpNet,
     KeyDisplay, ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings, TlsFiles,
-    ip_in as settings_ip_in,
+    canonical_net as settings_canonical_net, ip_in as settings_ip_in,
 };
 pub use tier::Tier;
 

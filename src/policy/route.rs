@@ -1,7 +1,20 @@
 //! Route rules: which requests cost more, carry extra limits or fail
 //! differently, matched by method and path pattern.
+//!
+//! Matching follows axum's routing: a `HEAD` request is answered by the
+//! `GET` handler, so it matches (and is charged like) a `GET` rule; the path
+//! is the one the client sent, percent-decoded segment by segment (axum
+//! decodes path parameters, so `/api/%65xport` reaching a `{action}` route
+//! is `/api/export` to the handler and to the rules). A rule that could
+//! never match is a config error (see [`RouteRule::check`]).
 
 use super::{FailurePolicy, Limit};
+
+/// The methods a rule may name. `HEAD` is not one: axum answers `HEAD`
+/// with the `GET` handler, so a `GET` rule covers it.
+pub const METHODS: [&str; 8] = [
+    "GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT",
+];
 
 /// A route rule. The pattern is the route's label in metrics, never the raw
 /// path, so label values stay bounded.
@@ -60,9 +73,14 @@ impl RouteRule {
         self
     }
 
-    /// Whether the rule matches a request.
+    /// Whether the rule matches a request. `HEAD` matches `GET` rules.
     pub fn matches(&self, method: &str, path: &str) -> bool {
         if let Some(m) = &self.method {
+            let method = if method.eq_ignore_ascii_case("HEAD") {
+                "GET"
+            } else {
+                method
+            };
             if !m.eq_ignore_ascii_case(method) {
                 return false;
             }
@@ -74,27 +92,179 @@ impl RouteRule {
     pub fn label(&self) -> &str {
         &self.path
     }
+
+    /// `METHOD pattern` (`* pattern` for any method), as messages name it.
+    pub fn describe(&self) -> String {
+        format!("{} {}", self.method.as_deref().unwrap_or("*"), self.path)
+    }
+
+    /// Why the rule could never match as written, as `(field, message)`
+    /// where field is `method` or `path`; `None` if it can.
+    pub fn check(&self) -> Option<(&'static str, String)> {
+        if let Some(m) = &self.method {
+            if m == "HEAD" {
+                return Some((
+                    "method",
+                    "is \"HEAD\", which never reaches a rule: HEAD requests are answered by the GET handler and matched by GET rules; write \"GET\"".into(),
+                ));
+            }
+            if !METHODS.contains(&m.as_str()) {
+                return Some((
+                    "method",
+                    format!(
+                        "must be an HTTP method ({}) or \"*\" for any, got \"{m}\"",
+                        METHODS
+                            .iter()
+                            .map(|m| format!("\"{m}\""))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+        }
+        check_pattern(&self.path).map(|m| ("path", m))
+    }
+
+    /// Whether every request this rule matches is matched by `earlier`
+    /// too, so that, coming after it, this rule could never match.
+    pub fn is_shadowed_by(&self, earlier: &RouteRule) -> bool {
+        let method_covered = match (&earlier.method, &self.method) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(a), Some(b)) => a == b,
+        };
+        method_covered && pattern_covers(&earlier.path, &self.path)
+    }
+}
+
+/// One segment of a pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seg<'a> {
+    Lit(&'a str),
+    Param,
+    Rest,
+}
+
+fn segments(pattern: &str) -> impl Iterator<Item = Seg<'_>> {
+    pattern.trim_matches('/').split('/').map(|w| {
+        if w == "*" || (w.starts_with("{*") && w.ends_with('}')) {
+            Seg::Rest
+        } else if w.starts_with('{') && w.ends_with('}') {
+            Seg::Param
+        } else {
+            Seg::Lit(w)
+        }
+    })
+}
+
+/// Why a pattern could never match what its author meant, if it could not.
+fn check_pattern(pattern: &str) -> Option<String> {
+    if !pattern.starts_with('/') {
+        return Some(format!(
+            "must start with '/', like \"/{}\"; a path without it never matches a request",
+            pattern.trim_start_matches('/')
+        ));
+    }
+    let raw: Vec<&str> = pattern.trim_matches('/').split('/').collect();
+    for (i, w) in raw.iter().enumerate() {
+        if let Some(name) = w.strip_prefix(':') {
+            return Some(format!(
+                "uses axum 0.7's \":{name}\", which axum 0.8 and ratewatch read as a literal segment; write \"{{{name}}}\""
+            ));
+        }
+        if w.starts_with('*') && *w != "*" {
+            return Some(format!(
+                "uses axum 0.7's \"{w}\", which axum 0.8 and ratewatch read as a literal segment; write \"{{*{}}}\"",
+                &w[1..]
+            ));
+        }
+        let braces = w.contains(['{', '}']);
+        let well_formed = w.len() > 2
+            && w.starts_with('{')
+            && w.ends_with('}')
+            && !w[1..w.len() - 1].contains(['{', '}'])
+            && *w != "{*}";
+        if braces && !well_formed {
+            return Some(format!(
+                "has a malformed segment \"{w}\"; a parameter is a whole segment like \"{{id}}\" or \"{{*rest}}\""
+            ));
+        }
+        let rest = *w == "*" || w.starts_with("{*");
+        if rest && i + 1 != raw.len() {
+            return Some(format!(
+                "has \"{w}\" before the last segment; a wildcard takes the rest of the path, so it must come last"
+            ));
+        }
+        if w.is_empty() && raw.len() > 1 {
+            return Some("has an empty segment (\"//\"), which no routed request has".into());
+        }
+    }
+    None
+}
+
+/// Whether pattern `a` matches every path pattern `b` matches.
+fn pattern_covers(a: &str, b: &str) -> bool {
+    let mut a = segments(a);
+    let mut b = segments(b);
+    loop {
+        match (a.next(), b.next()) {
+            (Some(Seg::Rest), _) => return true,
+            (None, None) => return true,
+            (_, Some(Seg::Rest)) | (None, Some(_)) | (Some(_), None) => return false,
+            (Some(Seg::Lit(x)), Some(Seg::Lit(y))) if x == y => {}
+            (Some(Seg::Lit(_)), _) => return false,
+            (Some(Seg::Param), Some(Seg::Lit(y))) if !y.is_empty() => {}
+            (Some(Seg::Param), Some(Seg::Param)) => {}
+            (Some(Seg::Param), _) => return false,
+        }
+    }
 }
 
 /// Matches a path against a pattern of literal segments, `{param}` (one
-/// segment) and `{*rest}` or `*` (everything after).
+/// segment) and `{*rest}` or `*` (everything after). Path segments are
+/// percent-decoded before they are compared, as axum decodes them for the
+/// handler.
 pub fn path_matches(pattern: &str, path: &str) -> bool {
     let path = path.split('?').next().unwrap_or("");
-    let mut want = pattern.trim_matches('/').split('/');
+    let mut want = segments(pattern);
     let mut have = path.trim_matches('/').split('/');
     loop {
         match (want.next(), have.next()) {
             (None, None) => return true,
-            (Some(w), _) if w == "*" || (w.starts_with("{*") && w.ends_with('}')) => return true,
-            (Some(w), Some(h)) => {
-                let param = w.starts_with('{') && w.ends_with('}');
-                if !(param && !h.is_empty() || w == h) {
-                    return false;
-                }
-            }
+            (Some(Seg::Rest), _) => return true,
+            (Some(Seg::Param), Some(h)) if !h.is_empty() => {}
+            (Some(Seg::Lit(w)), Some(h)) if segment_is(h, w) => {}
             _ => return false,
         }
     }
+}
+
+/// Whether the raw path segment `raw`, percent-decoded, is `literal`.
+fn segment_is(raw: &str, literal: &str) -> bool {
+    if !raw.contains('%') {
+        return raw == literal;
+    }
+    let raw = raw.as_bytes();
+    let mut want = literal.bytes();
+    let mut i = 0;
+    while i < raw.len() {
+        let mut b = raw[i];
+        if b == b'%' && i + 2 < raw.len() {
+            if let (Some(hi), Some(lo)) = (hex(raw[i + 1]), hex(raw[i + 2])) {
+                b = hi << 4 | lo;
+                i += 2;
+            }
+        }
+        if want.next() != Some(b) {
+            return false;
+        }
+        i += 1;
+    }
+    want.next().is_none()
+}
+
+fn hex(b: u8) -> Option<u8> {
+    (b as char).to_digit(16).map(|d| d as u8)
 }
 
 #[cfg(test)]
@@ -116,10 +286,65 @@ mod tests {
     }
 
     #[test]
+    fn percent_encoded_segments_match_their_decoded_literal() {
+        assert!(path_matches("/api/export", "/api/%65xport"));
+        assert!(path_matches("/api/export", "/api/%65%78port"));
+        assert!(!path_matches("/api/export", "/api/%2"));
+        assert!(!path_matches("/api/export", "/api/%65xpor"));
+        assert!(path_matches("/a%zz", "/a%zz"));
+        assert!(path_matches("/a%", "/a%"));
+    }
+
+    #[test]
     fn method_is_compared_without_case() {
         let r = RouteRule::new("post", "/api/data");
         assert!(r.matches("POST", "/api/data"));
         assert!(!r.matches("GET", "/api/data"));
         assert_eq!(r.label(), "/api/data");
+    }
+
+    #[test]
+    fn head_matches_get_rules() {
+        let r = RouteRule::new("GET", "/api/users");
+        assert!(r.matches("HEAD", "/api/users"));
+        assert!(r.matches("head", "/api/users"));
+        assert!(!RouteRule::new("POST", "/api/users").matches("HEAD", "/api/users"));
+    }
+
+    #[test]
+    fn rules_that_could_never_match_are_caught() {
+        let bad = |m: &str, p: &str| RouteRule::new(m, p).check();
+        assert_eq!(bad("GTE", "/x").unwrap().0, "method");
+        assert_eq!(bad("HEAD", "/x").unwrap().0, "method");
+        assert!(bad("x", "/api").is_some());
+        for p in [
+            "api/x",
+            "/users/:id",
+            "/files/*rest",
+            "/a/{id",
+            "/a/{}",
+            "/a/{*rest}/b",
+            "/a/*/b",
+            "/a//b",
+        ] {
+            assert_eq!(bad("GET", p).map(|e| e.0), Some("path"), "{p}");
+        }
+        for p in ["/", "/api/{id}", "/files/{*rest}", "/api/*", "/api/v1/"] {
+            assert_eq!(bad("*", p), None, "{p}");
+        }
+    }
+
+    #[test]
+    fn a_rule_is_shadowed_by_an_earlier_one_covering_it() {
+        let r = |m, p| RouteRule::new(m, p);
+        assert!(r("GET", "/a/{x}").is_shadowed_by(&r("GET", "/a/{id}")));
+        assert!(r("GET", "/a/b").is_shadowed_by(&r("*", "/a/b/")));
+        assert!(r("GET", "/a/b").is_shadowed_by(&r("GET", "/a/*")));
+        assert!(r("GET", "/a").is_shadowed_by(&r("GET", "/a/{*rest}")));
+        assert!(!r("POST", "/a/b").is_shadowed_by(&r("GET", "/a/b")));
+        assert!(!r("*", "/a/b").is_shadowed_by(&r("GET", "/a/b")));
+        assert!(!r("GET", "/a/{id}").is_shadowed_by(&r("GET", "/a/b")));
+        assert!(!r("GET", "/a/*").is_shadowed_by(&r("GET", "/a/{id}")));
+        assert!(!r("GET", "/a/b/c").is_shadowed_by(&r("GET", "/a/b")));
     }
 }

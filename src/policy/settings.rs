@@ -195,6 +195,10 @@ pub struct IdentitySettings {
     pub trusted_proxies: Vec<IpNet>,
     /// Longest key or token accepted; longer gets 400.
     pub max_key_len: usize,
+    /// IPv6 clients are grouped by this many leading bits for anonymous and
+    /// IP-scoped limits (one host usually holds a whole /64); 128 counts
+    /// each address alone. IPv4 addresses are always counted alone.
+    pub ipv6_prefix: u8,
 }
 
 impl Default for IdentitySettings {
@@ -207,15 +211,32 @@ impl Default for IdentitySettings {
             default_tier: "free".into(),
             trusted_proxies: vec!["127.0.0.1/32".parse().expect("valid CIDR")],
             max_key_len: 256,
+            ipv6_prefix: crate::identity::DEFAULT_IPV6_PREFIX,
         }
     }
 }
 
 pub use ipnet::IpNet;
 
-/// Whether `ip` lies in one of `nets`.
+/// Whether `ip` lies in one of `nets`, comparing canonical forms: an
+/// IPv4-mapped IPv6 address or network (`::ffff:10.0.0.0/104`) is its
+/// IPv4 counterpart.
 pub fn ip_in(nets: &[IpNet], ip: IpAddr) -> bool {
-    nets.iter().any(|n| n.contains(&ip))
+    let ip = ip.to_canonical();
+    nets.iter().any(|n| canonical_net(*n).contains(&ip))
+}
+
+/// An IPv4-mapped IPv6 network as the IPv4 network it stands for.
+pub fn canonical_net(net: IpNet) -> IpNet {
+    match net {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.network().to_ipv4_mapped() {
+            Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96)
+                .map(IpNet::V4)
+                .unwrap_or(net),
+            None => net,
+        },
+        other => other,
+    }
 }
 
 /// How identities are shown on the dashboard and in the fleet view.

@@ -5,7 +5,6 @@
 //! socket; [`serve`] binds it.
 
 mod demo;
-mod status;
 
 use std::net::SocketAddr;
 
@@ -27,10 +26,7 @@ pub fn app(limiter: Limiter) -> Router {
         .layer(limiter.layer());
     let router = Router::new()
         .merge(api)
-        .route(
-            "/api/ratelimit/status",
-            get(status::status).layer(axum::Extension(status::StatusGuard::new())),
-        )
+        .route("/api/ratelimit/status", get(limiter.status_handler()))
         .route("/health", get(|| async { "ok" }))
         .route("/metrics", get(limiter.metrics_handler()))
         .with_state(limiter.clone());

@@ -29,7 +29,7 @@ mod memory;
 #[cfg(feature = "redis-store")]
 mod redis;
 #[cfg(feature = "redis-store")]
-pub mod script;
+mod script;
 #[cfg(feature = "redis-store")]
 mod sentinel;
 #[cfg(feature = "redis-store")]
@@ -55,7 +55,7 @@ use crate::policy::{StoreKind, StoreSettings};
 /// One limit to decide: its full key and its algorithm.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Item {
-    /// The store key (`{prefix}:{<tier>:<identity-hash>}:<limit>`).
+    /// The store key (see [`keys`] for the schema).
     pub key: String,
     /// The algorithm with its (already scaled) parameters.
     pub algorithm: Algorithm,

@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The store key of `limit` for the API key `identity` in tier `free`,
-/// under prefix `rw`, as the limiter builds it.
+/// A store key of the limiter's shape for `limit` of the API key
+/// `identity` in tier `free`, under prefix `rw`. Stores treat keys as
+/// opaque; the algorithm code the limiter appends is `test` here.
 pub fn identity_key(identity: &str, limit: &str) -> String {
     use ratewatch::store::keys;
     keys::identity_key(
@@ -22,6 +23,26 @@ pub fn identity_key(identity: &str, limit: &str) -> String {
         &keys::hash_identity("key", identity),
         None,
         limit,
+        "test",
+    )
+}
+
+/// The key the limiter gives `limit` of the API key `identity` in tier
+/// `free` under prefix `rw`, algorithm code included: what a real
+/// deployment stores, byte for byte.
+pub fn limiter_key(
+    identity: &str,
+    limit: &str,
+    algorithm: &ratewatch::algorithm::Algorithm,
+) -> String {
+    use ratewatch::store::keys;
+    keys::identity_key(
+        "rw",
+        "free",
+        &keys::hash_identity("key", identity),
+        None,
+        limit,
+        keys::algorithm_code(algorithm),
     )
 }
 
@@ -389,6 +410,36 @@ impl Drop for Prometheus {
     }
 }
 
+/// Writes a policy for a test to a temporary `ratewatch.toml` (removed
+/// when dropped). Lines are numbered from the first line of `text`.
+pub fn policy_file(text: &str) -> tempfile::NamedTempFile {
+    use std::io::Write;
+    let mut f = tempfile::Builder::new()
+        .prefix("ratewatch-")
+        .suffix(".toml")
+        .tempfile()
+        .expect("temp policy file");
+    f.write_all(text.as_bytes()).expect("write the policy");
+    f
+}
+
+/// Runs `ratewatch check-config FILE`: its exit code and what it printed
+/// (stdout, then stderr).
+pub fn check_config(file: &Path) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ratewatch"))
+        .arg("check-config")
+        .arg(file)
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("run ratewatch check-config");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
 /// The status code of `GET path` on 127.0.0.1:port, or `None` if nothing
 /// answers.
 fn http_status(port: u16, path: &str) -> Option<u16> {
@@ -415,13 +466,25 @@ impl Ratewatch {
     /// Runs `ratewatch <command> --config <config>` with `env` set, and
     /// waits until it listens.
     pub fn start(command: &str, config: Option<&Path>, env: &[(&str, &str)]) -> Self {
+        Self::start_on("127.0.0.1", command, config, env)
+    }
+
+    /// Like [`Ratewatch::start`], listening on `host` (`"[::]"` for a
+    /// dual-stack listener, which sees IPv4 peers as `::ffff:a.b.c.d`);
+    /// clients still reach it on 127.0.0.1.
+    pub fn start_on(
+        host: &str,
+        command: &str,
+        config: Option<&Path>,
+        env: &[(&str, &str)],
+    ) -> Self {
         let port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratewatch"));
         cmd.arg(command);
         if let Some(c) = config {
             cmd.arg("--config").arg(c);
         }
-        cmd.args(["--listen", &format!("127.0.0.1:{port}")])
+        cmd.args(["--listen", &format!("{host}:{port}")])
             .env("RUST_LOG", "warn")
             .envs(env.iter().copied())
             .stdout(Stdio::null())

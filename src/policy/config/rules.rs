@@ -59,13 +59,9 @@ pub(super) fn route(t: &Table<'_>) -> Result<RouteRule> {
         ],
         "a route",
     )?;
+    // Which methods exist is checked with the rest of the rule, so a policy
+    // built in code meets the same rule.
     let method = t.str("method")?.unwrap_or("*");
-    if method != "*" && (method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic())) {
-        return Err(t.error_at(
-            "method",
-            format!("must be an HTTP method such as \"GET\" or \"POST\", or \"*\" for any, got \"{method}\""),
-        ));
-    }
     let path = t.required_str(
         "path",
         "the path pattern the rule matches, like \"/api/export\"",

@@ -174,6 +174,7 @@ pub(super) fn identity(t: Option<Table<'_>>) -> Result<IdentitySettings> {
             "default_tier",
             "trusted_proxies",
             "max_key_len",
+            "ipv6_prefix",
         ],
         "[identity]",
     )?;
@@ -199,7 +200,7 @@ pub(super) fn identity(t: Option<Table<'_>>) -> Result<IdentitySettings> {
             .iter()
             .map(|v| {
                 let s = v.as_str()?.trim();
-                parse_net(s).ok_or_else(|| {
+                parse_net(s).map(crate::policy::settings_canonical_net).ok_or_else(|| {
                     v.error(format!(
                         "must be a CIDR such as \"10.0.0.0/8\" or \"fd00::/8\", or a bare IP such as \"127.0.0.1\", got \"{s}\""
                     ))
@@ -209,6 +210,9 @@ pub(super) fn identity(t: Option<Table<'_>>) -> Result<IdentitySettings> {
     }
     if let Some(n) = t.uint("max_key_len", 1, u64::from(u32::MAX))? {
         id.max_key_len = n as usize;
+    }
+    if let Some(n) = t.uint("ipv6_prefix", 1, 128)? {
+        id.ipv6_prefix = n as u8;
     }
     Ok(id)
 }

@@ -1,9 +1,11 @@
-//! `GET /api/ratelimit/status`: the caller's quota per limit, consuming
-//! nothing.
+//! The quota status endpoint ([`Limiter::status_handler`]): the caller's
+//! quota per limit, consuming nothing.
 
-use axum::Extension;
+use std::future::Future;
+use std::pin::Pin;
+
 use axum::Json;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
@@ -33,12 +35,12 @@ struct LimitStatus {
 /// Looking is free of quota but not of cost (a store round trip each), so
 /// each caller may look a few times a second, decided in process.
 #[derive(Clone)]
-pub(super) struct StatusGuard {
+struct StatusGuard {
     store: MemoryStore,
 }
 
 impl StatusGuard {
-    pub(super) fn new() -> Self {
+    fn new() -> Self {
         Self {
             store: MemoryStore::new(),
         }
@@ -58,12 +60,55 @@ impl StatusGuard {
     }
 }
 
-pub(super) async fn status(
-    State(limiter): State<Limiter>,
-    Extension(guard): Extension<StatusGuard>,
-    req: Request,
-) -> Response {
-    let identity = match limiter.extractor().extract(req.headers(), req.extensions()) {
+/// The future of the status handler.
+pub type StatusFuture = Pin<Box<dyn Future<Output = Response> + Send + 'static>>;
+
+impl Limiter {
+    /// An axum handler reporting the caller's quota per limit of its tier
+    /// without consuming any: mount it in any router, whatever its state,
+    /// with `.route("/api/ratelimit/status", get(limiter.status_handler()))`.
+    /// The caller is identified as the layer identifies it; looking is
+    /// itself limited to 5 per second per caller and per client IP, decided
+    /// in process.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use axum::{Router, body::Body, routing::get};
+    /// use http::Request;
+    /// use tower::ServiceExt;
+    /// use ratewatch::{Limit, Limiter, Policy, Tier};
+    /// #[derive(Clone)]
+    /// struct AppState;
+    /// let policy = Policy::builder()
+    ///     .tier(Tier::new("free").limit(Limit::per_minute("minute", 60)))
+    ///     .tier(Tier::new("anonymous").limit(Limit::per_minute("minute", 60)))
+    ///     .build()
+    ///     .unwrap();
+    /// let limiter = Limiter::new(policy).await.unwrap();
+    /// let app: Router<AppState> =
+    ///     Router::new().route("/api/ratelimit/status", get(limiter.status_handler()));
+    /// let res = app
+    ///     .with_state(AppState)
+    ///     .oneshot(Request::get("/api/ratelimit/status").body(Body::empty()).unwrap())
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!(res.status(), 200);
+    /// # });
+    /// ```
+    pub fn status_handler(
+        &self,
+    ) -> impl Fn(Request) -> StatusFuture + Clone + Send + Sync + 'static {
+        let limiter = self.clone();
+        let guard = StatusGuard::new();
+        move |req: Request| -> StatusFuture {
+            Box::pin(status(limiter.clone(), guard.clone(), req))
+        }
+    }
+}
+
+async fn status(limiter: Limiter, guard: StatusGuard, req: Request) -> Response {
+    let (parts, _) = req.into_parts();
+    let identity = match limiter.identify(&parts) {
         Ok(id) => id,
         Err(e) => return crate::layer::identity_error_response(&e),
     };
@@ -83,7 +128,7 @@ pub(super) async fn status(
         );
         return res;
     }
-    let tier = limiter.resolve_tier(&identity).await;
+    let tier = limiter.resolve_tier(&identity, &parts);
     let d = limiter.peek(&identity, &tier, None).await;
     let body = Status {
         tier: d.tier.to_string(),
