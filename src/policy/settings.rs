@@ -32,8 +32,8 @@ impl StoreKind {
     }
 }
 
-/// `[store]`.
-#[derive(Debug, Clone, PartialEq)]
+/// `[store]`. Its `Debug` output hides the password.
+#[derive(Clone, PartialEq)]
 pub struct StoreSettings {
     /// Which store.
     pub kind: StoreKind,
@@ -57,6 +57,23 @@ pub struct StoreSettings {
     pub timeout: Duration,
     /// Prefix of every Redis key.
     pub key_prefix: String,
+}
+
+impl std::fmt::Debug for StoreSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreSettings")
+            .field("kind", &self.kind)
+            .field("url", &self.url)
+            .field("nodes", &self.nodes)
+            .field("master_name", &self.master_name)
+            .field("sentinels", &self.sentinels)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
+            .field("timeout", &self.timeout)
+            .field("key_prefix", &self.key_prefix)
+            .finish()
+    }
 }
 
 /// `[store] tls_ca_file`, `tls_cert_file`, `tls_key_file`: what a
