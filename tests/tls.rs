@@ -190,3 +190,35 @@ async fn a_sentinel_deployment_behind_tls_decides_on_its_master_and_follows_a_fa
         "decided on the promoted replica"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_view_is_flushed_over_tls_with_the_same_ca() {
+    use ratewatch::identity::{Identity, IdentityKind};
+    use ratewatch::policy::{Limit, Policy, Tier};
+    let certs = Certs::generate();
+    let redis = TlsRedis::start(&certs, false);
+    let policy = Policy::builder()
+        .store(StoreSettings {
+            timeout: Duration::from_millis(500),
+            ..settings(redis.url(), trusting(&certs))
+        })
+        .tier(
+            Tier::new("free")
+                .match_prefix("free_")
+                .limit(Limit::token_bucket("burst", 3, 0.001)),
+        )
+        .tier(Tier::new("anonymous").limit(Limit::token_bucket("burst", 3, 0.001)))
+        .build()
+        .unwrap();
+    let limiter = ratewatch::Limiter::new(policy).await.unwrap();
+    let caller = Identity::new(IdentityKind::ApiKey, "free_tls_fleet");
+    for _ in 0..5 {
+        limiter.check(&caller, "free", None).await;
+    }
+    limiter.telemetry().flush().await;
+    let keys = redis.server.cli(&["--scan", "--pattern", "rw:tm:*"]);
+    assert!(
+        keys.lines().count() > 0,
+        "the fleet view reached the TLS server"
+    );
+}

@@ -33,7 +33,7 @@ mod script;
 #[cfg(feature = "redis-store")]
 mod sentinel;
 #[cfg(feature = "redis-store")]
-mod tls;
+pub(crate) mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;

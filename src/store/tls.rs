@@ -45,6 +45,40 @@ pub(crate) fn client(
     }
 }
 
+/// [`client`] for code that speaks `RedisError` (the telemetry sink).
+pub(crate) fn redis_client(url: &str, files: &TlsFiles) -> redis::RedisResult<redis::Client> {
+    client(url, files).map_err(|e| config_error(&e))
+}
+
+/// A cluster client builder that trusts (and presents) what `files` name.
+pub(crate) fn cluster_builder(
+    nodes: Vec<String>,
+    files: &TlsFiles,
+) -> redis::RedisResult<redis::cluster::ClusterClientBuilder> {
+    let builder = redis::cluster::ClusterClient::builder(nodes);
+    #[cfg(feature = "tls")]
+    {
+        install_provider();
+        match certificates(files).map_err(|e| config_error(&e))? {
+            Some(certs) => Ok(builder.certs(certs)),
+            None => Ok(builder),
+        }
+    }
+    #[cfg(not(feature = "tls"))]
+    {
+        let _ = files;
+        Ok(builder)
+    }
+}
+
+fn config_error(e: &StoreError) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::InvalidClientConfig,
+        "cannot set up the Redis client",
+        e.to_string(),
+    ))
+}
+
 /// The error of a `rediss://` URL in a build without TLS.
 #[cfg(not(feature = "tls"))]
 pub(crate) fn no_tls() -> StoreError {

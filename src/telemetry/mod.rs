@@ -207,7 +207,8 @@ impl Telemetry {
                 _ => None,
             };
             if let Some(target) = target {
-                return Self::redis(settings, target.with_timeout(timeout));
+                let target = target.with_timeout(timeout).with_tls(store.tls.clone());
+                return Self::redis(settings, target);
             }
         }
         #[cfg(not(feature = "redis-store"))]

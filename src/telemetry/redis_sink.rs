@@ -39,6 +39,8 @@ pub struct RedisTarget {
     pub key_prefix: String,
     /// Budget of one flush (and of one read); past it the flush is dropped.
     pub timeout: Duration,
+    /// What a `rediss://` connection trusts and presents (`store.tls_*`).
+    pub tls: crate::policy::TlsFiles,
 }
 
 /// One Redis node or a cluster's seed nodes.
@@ -57,6 +59,7 @@ impl RedisTarget {
             endpoints: Endpoints::Node(url.into()),
             key_prefix: key_prefix.into(),
             timeout: Duration::from_secs(1),
+            tls: Default::default(),
         }
     }
 
@@ -66,7 +69,14 @@ impl RedisTarget {
             endpoints: Endpoints::Cluster(nodes),
             key_prefix: key_prefix.into(),
             timeout: Duration::from_secs(1),
+            tls: Default::default(),
         }
+    }
+
+    /// Trusts (and presents) the TLS files of the store's settings.
+    pub fn with_tls(mut self, tls: crate::policy::TlsFiles) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Sets the budget of one flush or read.
@@ -149,7 +159,7 @@ impl RedisSink {
             .get_or_try_init(|| async {
                 match &self.target.endpoints {
                     Endpoints::Node(url) => {
-                        let client = redis::Client::open(url.as_str())?;
+                        let client = crate::store::tls::redis_client(url, &self.target.tls)?;
                         let config = redis::aio::ConnectionManagerConfig::new()
                             .set_connection_timeout(Some(t))
                             .set_response_timeout(Some(t))
@@ -162,14 +172,15 @@ impl RedisSink {
                         ))
                     }
                     Endpoints::Cluster(nodes) => {
-                        let client = redis::cluster::ClusterClient::builder(nodes.clone())
-                            .connection_timeout(t)
-                            .response_timeout(t)
-                            .overall_response_timeout(Some(t))
-                            // A resent pipeline whose reply was lost would
-                            // count its events twice.
-                            .retries(0)
-                            .build()?;
+                        let client =
+                            crate::store::tls::cluster_builder(nodes.clone(), &self.target.tls)?
+                                .connection_timeout(t)
+                                .response_timeout(t)
+                                .overall_response_timeout(Some(t))
+                                // A resent pipeline whose reply was lost would
+                                // count its events twice.
+                                .retries(0)
+                                .build()?;
                         let conn = tokio::time::timeout(t, client.get_async_connection())
                             .await
                             .map_err(|_| TelemetryError::Timeout)??;
