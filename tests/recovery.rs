@@ -130,6 +130,11 @@ async fn request_futures_dropped_mid_flight_never_hold_the_breaker_half_open() {
         &limiter.check(&caller("free_warm"), "free", None).await
     ));
     redis.pause();
+    // One caller that waits its budget out opens the breaker.
+    assert!(!exact(
+        &limiter.check(&caller("free_trip"), "free", None).await
+    ));
+    assert_eq!(state(&limiter), Some(BreakerState::Open));
     // Callers that give up after 5 ms, long before the 50 ms budget: each
     // drops its decision's future while the call waits on frozen Redis.
     let started = Instant::now();
