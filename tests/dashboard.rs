@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::body::{Body, to_bytes};
 use axum::extract::connect_info::MockConnectInfo;
 use http::Request;
-use ratewatch::policy::{DashboardSettings, Limit, Policy, Tier};
+use ratewatch::policy::{DashboardSettings, IdentitySettings, Limit, Policy, Tier};
 use ratewatch::{Limiter, server};
 use tower::ServiceExt;
 
@@ -55,6 +55,9 @@ async fn the_dashboard_draws_charts_and_tables_and_escapes_what_it_shows() {
     std::fs::write(
         &config,
         r#"
+[identity]
+trusted_proxies = []
+
 [telemetry]
 flush_interval_ms = 100
 key_display = "raw"
@@ -143,6 +146,7 @@ limits = [{ name = "burst", algorithm = "token_bucket", capacity = 30, refill_pe
 async fn the_dashboard_refuses_remote_peers_and_requires_its_token() {
     let policy = |dashboard: DashboardSettings| {
         Policy::builder()
+            .identity(direct())
             .dashboard(dashboard)
             .tier(Tier::new("free").limit(Limit::per_second("burst", 5)))
             .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
@@ -216,51 +220,185 @@ async fn the_dashboard_refuses_remote_peers_and_requires_its_token() {
         .await,
         200
     );
-    assert_eq!(
-        get(
-            locked.clone(),
-            "203.0.113.9:5000",
-            None,
-            "/dashboard/api/policy?token=s3cret"
-        )
-        .await,
-        200
-    );
-    // A browser that came with ?token= gets it back as an HttpOnly cookie,
-    // and the cookie alone lets it in afterwards.
-    let local: SocketAddr = "127.0.0.1:1".parse().unwrap();
-    let first = locked
-        .clone()
-        .layer(MockConnectInfo(local))
-        .oneshot(
-            Request::get("/dashboard?token=s3cret")
-                .body(Body::empty())
-                .unwrap(),
-        )
+}
+
+/// Identity settings for a server that no proxy stands in front of.
+fn direct() -> IdentitySettings {
+    IdentitySettings {
+        trusted_proxies: Vec::new(),
+        ..Default::default()
+    }
+}
+
+fn locked_policy(identity: IdentitySettings) -> Policy {
+    Policy::builder()
+        .identity(identity)
+        .dashboard(DashboardSettings {
+            token: Some("s3cret".into()),
+            ..Default::default()
+        })
+        .tier(Tier::new("free").limit(Limit::per_second("burst", 5)))
+        .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
+        .build()
+        .unwrap()
+}
+
+async fn send(app: &axum::Router, peer: &str, req: http::request::Builder) -> http::Response<Body> {
+    let peer: SocketAddr = peer.parse().unwrap();
+    app.clone()
+        .layer(MockConnectInfo(peer))
+        .oneshot(req.body(Body::empty()).unwrap())
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_token_in_the_url_is_traded_once_for_a_session_cookie_and_redirected_away() {
+    let limiter = Limiter::new(locked_policy(direct())).await.unwrap();
+    let app = axum::Router::new().nest("/ops/dashboard", limiter.dashboard());
+    let first = send(
+        &app,
+        "127.0.0.1:1",
+        Request::get("/ops/dashboard/api/policy?range=5m&token=s3cret"),
+    )
+    .await;
+    assert_eq!(first.status(), 303, "a ?token= visit is redirected");
+    assert_eq!(
+        first.headers()["location"],
+        "/ops/dashboard/api/policy?range=5m",
+        "the redirect drops the token and keeps the rest"
+    );
     let cookie = first.headers()["set-cookie"].to_str().unwrap().to_owned();
     assert!(
-        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
-        "{cookie}"
+        !cookie.contains("s3cret"),
+        "the cookie never holds the token: {cookie}"
     );
+    for part in ["HttpOnly", "SameSite=Strict", "Path=/ops/dashboard"] {
+        assert!(cookie.contains(part), "{part} missing: {cookie}");
+    }
+    assert!(!cookie.contains("Secure"), "plain HTTP, no proxy: {cookie}");
     let pair = cookie.split(';').next().unwrap().to_owned();
-    let again = locked
-        .layer(MockConnectInfo(local))
-        .oneshot(
-            Request::get("/dashboard/api/stats")
-                .header("cookie", pair)
-                .body(Body::empty())
-                .unwrap(),
+    let id = pair.split_once('=').unwrap().1.to_owned();
+    assert!(id.len() >= 32, "a random session id: {id}");
+
+    let again = send(
+        &app,
+        "127.0.0.1:1",
+        Request::get("/ops/dashboard/api/stats").header("cookie", &pair),
+    )
+    .await;
+    assert_eq!(
+        again.status(),
+        200,
+        "the session cookie lets the browser in"
+    );
+
+    // Another visit opens another session: ids are not derived from the token.
+    let second = send(
+        &app,
+        "127.0.0.1:1",
+        Request::get("/ops/dashboard?token=s3cret"),
+    )
+    .await;
+    let other = second.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert_ne!(other.split(';').next().unwrap(), pair);
+    assert_eq!(second.headers()["location"], "/ops/dashboard");
+
+    // The token itself as a cookie, or an invented session, is refused.
+    for forged in ["ratewatch_dashboard=s3cret", "ratewatch_dashboard=00ff"] {
+        let res = send(
+            &app,
+            "127.0.0.1:1",
+            Request::get("/ops/dashboard/api/stats").header("cookie", forged),
         )
-        .await
+        .await;
+        assert_eq!(res.status(), 401, "{forged}");
+    }
+    // A wrong token in the URL opens nothing.
+    let wrong = send(
+        &app,
+        "127.0.0.1:1",
+        Request::get("/ops/dashboard?token=guess"),
+    )
+    .await;
+    assert_eq!(wrong.status(), 401);
+    assert!(wrong.headers().get("set-cookie").is_none());
+}
+
+#[tokio::test]
+async fn the_session_cookie_is_secure_when_a_trusted_proxy_says_the_client_used_tls() {
+    let proxy = IdentitySettings {
+        trusted_proxies: vec!["10.0.0.0/8".parse().unwrap()],
+        ..Default::default()
+    };
+    let mut policy = locked_policy(proxy);
+    policy.dashboard.allow_remote = true;
+    let app = server::app(Limiter::new(policy).await.unwrap());
+    let via_proxy = send(
+        &app,
+        "10.0.0.7:4000",
+        Request::get("/dashboard?token=s3cret")
+            .header("x-forwarded-for", "198.51.100.4")
+            .header("x-forwarded-proto", "https"),
+    )
+    .await;
+    assert_eq!(via_proxy.status(), 303);
+    let cookie = via_proxy.headers()["set-cookie"].to_str().unwrap();
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    assert!(cookie.contains("Path=/dashboard"), "{cookie}");
+    // Anyone else saying so is not believed.
+    let claimed = send(
+        &app,
+        "203.0.113.9:4000",
+        Request::get("/dashboard?token=s3cret").header("x-forwarded-proto", "https"),
+    )
+    .await;
+    let cookie = claimed.headers()["set-cookie"].to_str().unwrap();
+    assert!(!cookie.contains("Secure"), "{cookie}");
+}
+
+#[tokio::test]
+async fn a_trusted_proxy_that_names_no_client_is_not_a_loopback_client() {
+    // A proxy on this host is trusted.
+    let policy = Policy::builder()
+        .identity(ratewatch::policy::IdentitySettings {
+            trusted_proxies: vec!["127.0.0.1/32".parse().unwrap()],
+            ..Default::default()
+        })
+        .tier(Tier::new("free").limit(Limit::per_second("burst", 5)))
+        .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
+        .build()
         .unwrap();
-    assert_eq!(again.status(), 200);
+    assert!(!policy.identity.trusted_proxies.is_empty());
+    let app = server::app(Limiter::new(policy).await.unwrap());
+    let status = |peer: &'static str, xff: Option<&'static str>| {
+        let app = app.clone();
+        async move {
+            let mut req = Request::get("/dashboard/api/stats");
+            if let Some(x) = xff {
+                req = req.header("x-forwarded-for", x);
+            }
+            send(&app, peer, req).await.status().as_u16()
+        }
+    };
+    assert_eq!(
+        status("127.0.0.1:9000", None).await,
+        403,
+        "a local proxy forwarding a remote client without X-Forwarded-For"
+    );
+    assert_eq!(
+        status("[::ffff:127.0.0.1]:9000", None).await,
+        403,
+        "the same, mapped"
+    );
+    assert_eq!(status("127.0.0.1:9000", Some("203.0.113.9")).await, 403);
+    assert_eq!(status("127.0.0.1:9000", Some("127.0.0.1")).await, 200);
 }
 
 #[tokio::test]
 async fn the_stats_api_counts_every_decision_on_the_memory_store() {
     let p = Policy::builder()
+        .identity(direct())
         .tier(
             Tier::new("free")
                 .match_prefix("free_")
@@ -289,9 +427,84 @@ async fn the_stats_api_counts_every_decision_on_the_memory_store() {
     assert_eq!(body["totals"]["free"]["allowed"], 4);
     assert_eq!(body["totals"]["free"]["blocked"], 6);
     assert_eq!(body["top_blocked"][0]["blocked"], 6);
+    assert_eq!(body["top_blocked"][0]["cause"], "burst");
+    assert_eq!(body["hot_keys"][0]["decisions"], 10);
+    assert_eq!(body["hot_keys"][0]["tier"], "free");
+    assert_eq!(body["hot_keys"][0]["shard"], "memory");
+    assert_eq!(body["hot_shard"]["shard"], "memory");
+    assert_eq!(body["source"]["kind"], "in_process");
     let shown = body["top_blocked"][0]["identity"].as_str().unwrap();
     assert!(
         shown.contains('…') && !shown.contains("free_counted"),
         "masked: {shown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_open_page_marks_its_stats_stale_when_they_stop_answering_and_keeps_refreshing_breakers()
+ {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let p = Policy::builder()
+        .identity(direct())
+        .tier(Tier::new("free").limit(Limit::per_second("burst", 5)))
+        .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
+        .build()
+        .unwrap();
+    let limiter = Limiter::new(p).await.unwrap();
+    // The stats endpoint stops answering once the page is served; the
+    // breakers endpoint keeps answering and counts its calls.
+    let failing = Arc::new(AtomicBool::new(false));
+    let breaker_calls = Arc::new(AtomicU64::new(0));
+    let (f, b) = (failing.clone(), breaker_calls.clone());
+    let app = axum::Router::new()
+        .nest("/dashboard", limiter.dashboard())
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let (f, b) = (f.clone(), b.clone());
+                async move {
+                    let path = req.uri().path().to_owned();
+                    if path.ends_with("/api/breakers") {
+                        b.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if path.ends_with("/api/stats") && f.load(Ordering::SeqCst) {
+                        return http::StatusCode::BAD_GATEWAY.into_response();
+                    }
+                    next.run(req).await
+                }
+            },
+        ));
+    use axum::response::IntoResponse;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap()
+    });
+    failing.store(true, Ordering::SeqCst);
+    let url = format!("http://{addr}/dashboard?range=5m");
+    let (dom, log) = tokio::task::spawn_blocking(move || dump_dom(&url))
+        .await
+        .unwrap();
+    assert!(!log.contains("Uncaught"), "{log}");
+    let note = dom.split("id=\"stale\"").nth(1).expect("the stale note");
+    let note = &note[..note.find("</span>").unwrap_or(note.len())];
+    assert!(
+        !note.starts_with(" hidden") && note.contains("stats stale since"),
+        "the page says its stats are stale: {note}"
+    );
+    assert!(!note.contains("breakers stale"), "{note}");
+    assert!(
+        dom.contains("id=\"over-time\" class=\"wide stale\"")
+            || dom.contains("class=\"wide stale\" id=\"over-time\""),
+        "the charts are marked stale"
+    );
+    assert!(
+        breaker_calls.load(Ordering::SeqCst) >= 2,
+        "the breakers kept refreshing"
     );
 }

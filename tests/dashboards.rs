@@ -29,13 +29,14 @@ const HISTOGRAM: &str = "ratewatch_redis_rtt_seconds";
 
 const DATASOURCE_UID: &str = "${datasource}";
 
-const ALERTS: [&str; 6] = [
+const ALERTS: [&str; 7] = [
     "RatewatchFailOpenRateHigh",
     "RatewatchBreakerOpen",
     "RatewatchRedisSlow",
     "RatewatchBlockRateSpike",
     "RatewatchTelemetryDropping",
     "RatewatchFailClosedRefusing",
+    "RatewatchHotShard",
 ];
 
 fn dashboards_dir() -> PathBuf {
@@ -493,6 +494,57 @@ fn panels_have_unique_ids_and_do_not_overlap_on_the_grid() {
 }
 
 #[test]
+fn every_board_picks_job_and_instance_and_every_query_honours_them() {
+    for Dashboard { file, json } in dashboards() {
+        for name in ["job", "instance"] {
+            let v = variable(&json, name).unwrap_or_else(|| panic!("{file}: no `{name}` variable"));
+            assert_eq!(v["type"], "query", "{file}: {name}");
+            assert_eq!(v["multi"], true, "{file}: {name}");
+            assert_eq!(v["includeAll"], true, "{file}: {name}");
+            assert_eq!(v["allValue"], ".*", "{file}: {name}");
+        }
+        let instance = variable(&json, "instance").unwrap();
+        assert!(
+            instance["query"]["query"]
+                .as_str()
+                .is_some_and(|q| q.contains(r#"job=~"$job""#)),
+            "{file}: instances follow the chosen job"
+        );
+        for (title, expr) in exprs(&json) {
+            let selectors = expr.matches("ratewatch_").count();
+            let filtered = expr
+                .matches(r#"job=~"$job", instance=~"$instance""#)
+                .count();
+            assert_eq!(
+                selectors, filtered,
+                "{file}: {title:?}: a selector ignores job or instance: {expr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_boards_chart_the_share_of_decisions_per_shard() {
+    for Dashboard { file, json } in dashboards() {
+        let shares: Vec<String> = exprs(&json)
+            .into_iter()
+            .filter(|(t, _)| t.contains("hare"))
+            .map(|(_, e)| e)
+            .collect();
+        assert!(
+            shares.len() >= 2,
+            "{file}: busiest shard and share per shard panels"
+        );
+        for e in shares {
+            assert!(
+                e.contains("scalar(sum(rate(ratewatch_decisions_total{"),
+                "{file}: {e}"
+            );
+        }
+    }
+}
+
+#[test]
 fn the_overview_filters_by_tier_and_shard_with_multi_value_variables() {
     let overview = dashboards()
         .into_iter()
@@ -509,7 +561,9 @@ fn the_overview_filters_by_tier_and_shard_with_multi_value_variables() {
             .unwrap();
         assert_eq!(
             query,
-            format!("label_values(ratewatch_decisions_total, {name})")
+            format!(
+                "label_values(ratewatch_decisions_total{{job=~\"$job\", instance=~\"$instance\"}}, {name})"
+            )
         );
     }
     let decisions: Vec<String> = exprs(&overview.json)
@@ -936,8 +990,8 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_evaluates_every_ale
     assert_eq!(names, BTreeSet::from(ALERTS));
     assert_eq!(
         rules.len(),
-        7,
-        "two fail-open severities and five other alerts"
+        8,
+        "two fail-open severities and six other alerts"
     );
 
     // Every alert the exposition calls for is pending (none can have

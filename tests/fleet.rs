@@ -18,6 +18,10 @@ kind = "redis"
 url = "redis://127.0.0.1:1"
 timeout_ms = 500
 
+# The test reads the dashboard from 127.0.0.1 directly, not via a proxy.
+[identity]
+trusted_proxies = []
+
 [[tiers]]
 name = "free"
 match_prefix = "free_"

@@ -220,7 +220,11 @@ async fn a_layer_inside_a_nested_router_applies_the_full_path_rule() {
     let app = Router::new().nest("/v1", api);
     assert_eq!(admitted_of(app, "key_route_layer", 5).await, 2);
 
-    let metrics = limiter.metrics_handler()().await.1;
+    let res = limiter.metrics_handler()().await;
+    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .expect("metrics body");
+    let metrics = String::from_utf8_lossy(&body).into_owned();
     assert!(
         metrics
             .lines()
@@ -458,6 +462,9 @@ async fn behind_a_proxy_on_a_dual_stack_listener_each_client_gets_its_own_quota(
 async fn ipv6_addresses_of_one_prefix_share_one_quota() {
     let file = policy_file(
         r#"
+[identity]
+trusted_proxies = ["127.0.0.1/32"]
+
 [[tiers]]
 name = "free"
 limits = [

@@ -201,3 +201,86 @@ async fn the_servers_metrics_pass_promtool_carry_no_keys_and_answer_fleet_querie
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// The first scrape of a server that decided nothing yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_known_series_exists_at_zero_before_the_first_request() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("zero.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[store]
+kind = "redis"
+url = "{}"
+
+[resilience]
+on_store_failure = "open"
+
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }}]
+
+[[tiers]]
+name = "anonymous"
+limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }}]
+
+[[routes]]
+method = "POST"
+path = "/api/export"
+cost = 2
+on_store_failure = "closed"
+"#,
+            redis.url()
+        ),
+    )
+    .unwrap();
+    let server = Ratewatch::start("serve", Some(&config), &[]);
+    let text = reqwest::get(format!("{}/metrics", server.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let shard = redis.addr();
+    let mut expected = vec![
+        format!("ratewatch_breaker_state{{shard=\"{shard}\"}} 0"),
+        format!("ratewatch_breaker_trips_total{{shard=\"{shard}\"}} 0"),
+        format!("ratewatch_script_reloads_total{{shard=\"{shard}\"}} 0"),
+        "ratewatch_telemetry_dropped_total{reason=\"timeout\"} 0".to_owned(),
+        "ratewatch_telemetry_dropped_total{reason=\"error\"} 0".to_owned(),
+        "ratewatch_telemetry_dropped_total{reason=\"overflow\"} 0".to_owned(),
+        "ratewatch_limit_exceeded_total{tier=\"free\",limit=\"burst\"} 0".to_owned(),
+        format!(
+            "ratewatch_redis_rtt_seconds_bucket{{shard=\"{shard}\",op=\"decide\",le=\"0.0001\"}} 0"
+        ),
+    ];
+    for policy in ["open", "closed"] {
+        for reason in ["timeout", "error", "breaker_open"] {
+            expected.push(format!(
+                "ratewatch_fallbacks_total{{shard=\"{shard}\",reason=\"{reason}\",policy=\"{policy}\"}} 0"
+            ));
+        }
+    }
+    for route in ["/api/export", "*"] {
+        for outcome in [
+            "allowed",
+            "blocked",
+            "fallback_allowed",
+            "fallback_blocked",
+            "shadow_blocked",
+        ] {
+            expected.push(format!(
+                "ratewatch_decisions_total{{tier=\"anonymous\",route=\"{route}\",shard=\"{shard}\",outcome=\"{outcome}\"}} 0"
+            ));
+        }
+    }
+    for line in &expected {
+        assert!(text.contains(line.as_str()), "{line} missing from:\n{text}");
+    }
+    let (ok, said) = promtool_check_metrics(&text);
+    assert!(ok, "promtool check metrics: {said}\n{text}");
+}

@@ -1,85 +1,242 @@
-//! Who may see the dashboard: loopback peers unless `allow_remote`, and
+//! Who may see the dashboard: loopback clients unless `allow_remote`, and
 //! only with the bearer token when one is configured.
+//!
+//! A browser may come once with `?token=`: it is answered with a redirect
+//! to the same URL without the token, setting a cookie that holds a random
+//! session id (never the token), scoped to the dashboard's path, `HttpOnly`,
+//! `SameSite=Strict`, and `Secure` when the request came over TLS or a
+//! trusted proxy says it did.
 
-use axum::extract::{Request, State};
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{OriginalUri, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use http::{StatusCode, header};
+use http::{HeaderMap, StatusCode, header};
+use parking_lot::Mutex;
 
 use crate::Limiter;
+
+/// The cookie that carries a dashboard session id after a `?token=` visit.
+pub(super) const COOKIE: &str = "ratewatch_dashboard";
+
+/// How long a session lasts.
+const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+
+/// Most live sessions; the oldest goes first. Each costs a few dozen bytes,
+/// and only holders of the token can create one.
+const MAX_SESSIONS: usize = 1024;
+
+/// Sessions opened with the token: random ids and when they expire.
+#[derive(Clone, Default)]
+pub(super) struct Sessions {
+    ids: Arc<Mutex<VecDeque<(String, u64)>>>,
+}
+
+impl Sessions {
+    fn open(&self, now_us: u64) -> String {
+        use rand::RngCore;
+        let mut bytes = [0u8; 32];
+        rand::rng().fill_bytes(&mut bytes);
+        let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let mut ids = self.ids.lock();
+        ids.retain(|(_, exp)| *exp > now_us);
+        while ids.len() >= MAX_SESSIONS {
+            ids.pop_front();
+        }
+        ids.push_back((id.clone(), now_us + SESSION_TTL.as_micros() as u64));
+        id
+    }
+
+    fn valid(&self, given: &str, now_us: u64) -> bool {
+        // Compared without an early exit per id, like the token.
+        self.ids.lock().iter().fold(false, |found, (id, exp)| {
+            found | (*exp > now_us && constant_time_eq(id.as_bytes(), given.as_bytes()))
+        })
+    }
+}
+
+#[derive(Clone)]
+pub(super) struct Guard {
+    pub(super) limiter: Limiter,
+    pub(super) sessions: Sessions,
+}
 
 #[derive(serde::Deserialize)]
 struct TokenQuery {
     token: Option<String>,
 }
 
-pub(super) async fn guard(State(limiter): State<Limiter>, req: Request, next: Next) -> Response {
-    let settings = &limiter.policy().dashboard;
-    if !settings.enabled {
-        return StatusCode::NOT_FOUND.into_response();
+pub(super) async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response {
+    match admit(&g, &req) {
+        None => next.run(req).await,
+        Some(answer) => answer,
     }
-    if !settings.allow_remote {
-        // The client as the limiter sees it: the peer, or the first
-        // untrusted X-Forwarded-For hop behind a trusted proxy. Unknown
-        // (no ConnectInfo) is not loopback.
-        let client = crate::identity::client_ip(
-            &limiter.policy().identity.trusted_proxies,
-            req.headers(),
-            crate::identity::peer_ip(req.extensions()),
-        )
-        .ok()
-        .flatten();
-        if !client.is_some_and(|ip| ip.is_loopback()) {
-            return (
-                StatusCode::FORBIDDEN,
-                "the dashboard answers loopback clients only (serve with \
-                 into_make_service_with_connect_info, or set [dashboard] allow_remote = true)",
-            )
-                .into_response();
-        }
-    }
-    let mut set_cookie = false;
-    if let Some(token) = &settings.token {
-        let header_value = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
-        let bearer = header_value(header::AUTHORIZATION).and_then(|v| v.strip_prefix("Bearer "));
-        let cookie = header_value(header::COOKIE).and_then(|c| {
-            c.split(';')
-                .find_map(|kv| kv.trim().strip_prefix("ratewatch_dashboard="))
-        });
-        let query = axum::extract::Query::<TokenQuery>::try_from_uri(req.uri())
-            .ok()
-            .and_then(|q| q.0.token);
-        let ok = |given: Option<&str>| {
-            given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
-        };
-        if !(ok(bearer) || ok(cookie)) {
-            if !ok(query.as_deref()) {
-                return (
-                    StatusCode::UNAUTHORIZED,
-                    [(header::WWW_AUTHENTICATE, "Bearer")],
-                    "the dashboard requires Authorization: Bearer <token>",
-                )
-                    .into_response();
-            }
-            // A browser that came with ?token= keeps it in a cookie, so
-            // links and refreshes need not carry it in the URL.
-            set_cookie = true;
-        }
-    }
-    let mut res = next.run(req).await;
-    if set_cookie {
-        if let Some(token) = &settings.token {
-            let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
-            if let Ok(v) = http::HeaderValue::from_str(&cookie) {
-                res.headers_mut().insert(header::SET_COOKIE, v);
-            }
-        }
-    }
-    res
 }
 
-/// The cookie that carries the dashboard token after a `?token=` visit.
-const COOKIE: &str = "ratewatch_dashboard";
+/// `None` lets the request through; otherwise the answer (403, 401, or the
+/// redirect that trades a `?token=` for a session).
+fn admit(g: &Guard, req: &Request) -> Option<Response> {
+    let limiter = &g.limiter;
+    let settings = &limiter.policy().dashboard;
+    if !settings.enabled {
+        return Some(StatusCode::NOT_FOUND.into_response());
+    }
+    let trusted = &limiter.policy().identity.trusted_proxies;
+    let peer = crate::identity::peer_ip(req.extensions()).map(|ip| ip.to_canonical());
+    let via_proxy = peer.is_some_and(|p| trusted.iter().any(|n| n.contains(&p)));
+    if !settings.allow_remote {
+        if let Err(why) = loopback_client(trusted, req.headers(), peer, via_proxy) {
+            return Some((StatusCode::FORBIDDEN, why).into_response());
+        }
+    }
+    let Some(token) = &settings.token else {
+        return None;
+    };
+    let now = limiter.clock().now_us();
+    let header_value = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let bearer = header_value(header::AUTHORIZATION).and_then(|v| v.strip_prefix("Bearer "));
+    let session = header_value(header::COOKIE).and_then(|c| {
+        c.split(';')
+            .find_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+    });
+    let token_ok = |given: Option<&str>| {
+        given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
+    };
+    if token_ok(bearer) || session.is_some_and(|s| g.sessions.valid(s, now)) {
+        return None;
+    }
+    let query = axum::extract::Query::<TokenQuery>::try_from_uri(req.uri())
+        .ok()
+        .and_then(|q| q.0.token);
+    if !token_ok(query.as_deref()) {
+        return Some(
+            (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "the dashboard requires Authorization: Bearer <token>",
+            )
+                .into_response(),
+        );
+    }
+    // The token was right, in the URL: trade it for a session and send the
+    // browser to the same URL without it, so it stays out of history,
+    // logs and Referer headers.
+    let full = req
+        .extensions()
+        .get::<OriginalUri>()
+        .map_or_else(|| req.uri().clone(), |o| o.0.clone());
+    let scope = cookie_path(full.path(), req.uri().path());
+    let secure = came_over_tls(req, via_proxy);
+    let id = g.sessions.open(now);
+    let cookie = format!(
+        "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path={scope}; Max-Age={}{}",
+        SESSION_TTL.as_secs(),
+        if secure { "; Secure" } else { "" }
+    );
+    let location = without_token(full.path(), full.query());
+    let mut res = StatusCode::SEE_OTHER.into_response();
+    if let (Ok(c), Ok(l)) = (
+        http::HeaderValue::from_str(&cookie),
+        http::HeaderValue::from_str(&location),
+    ) {
+        res.headers_mut().insert(header::SET_COOKIE, c);
+        res.headers_mut().insert(header::LOCATION, l);
+    }
+    res.headers_mut().insert(
+        header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-store"),
+    );
+    Some(res)
+}
+
+/// Whether the client is on this host. Behind a trusted proxy the client is
+/// the forwarded one; a trusted proxy that forwards no client leaves it
+/// unknown (its own loopback address says nothing about who is behind it).
+fn loopback_client(
+    trusted: &[crate::policy::IpNet],
+    headers: &HeaderMap,
+    peer: Option<IpAddr>,
+    via_proxy: bool,
+) -> Result<(), &'static str> {
+    if via_proxy && !headers.contains_key("x-forwarded-for") {
+        return Err(
+            "the dashboard answers loopback clients only, and this request came from a trusted \
+             proxy that did not say who the client is (no X-Forwarded-For)",
+        );
+    }
+    let client = crate::identity::client_ip(trusted, headers, peer)
+        .ok()
+        .flatten()
+        .map(|ip| ip.to_canonical());
+    if client.is_some_and(|ip| ip.is_loopback()) {
+        Ok(())
+    } else {
+        Err("the dashboard answers loopback clients only (serve with \
+             into_make_service_with_connect_info, or set [dashboard] allow_remote = true)")
+    }
+}
+
+/// TLS on this hop (an `https` request URI), or a trusted proxy saying the
+/// client's hop was TLS (`X-Forwarded-Proto: https` or `Forwarded:
+/// proto=https`).
+fn came_over_tls(req: &Request, via_proxy: bool) -> bool {
+    if req.uri().scheme_str() == Some("https") {
+        return true;
+    }
+    if !via_proxy {
+        return false;
+    }
+    let h = req.headers();
+    let proto = h
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(',')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("https")
+        });
+    let forwarded = h
+        .get(header::FORWARDED)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split([';', ','])
+                .any(|kv| kv.trim().eq_ignore_ascii_case("proto=https"))
+        });
+    proto.unwrap_or(false) || forwarded.unwrap_or(false)
+}
+
+/// The dashboard's own path: the full path minus what the nested router
+/// saw (`/ops/dashboard/api/stats` seen as `/api/stats` gives
+/// `/ops/dashboard`).
+fn cookie_path(full: &str, inner: &str) -> String {
+    let inner = inner.trim_end_matches('/');
+    let prefix = full.trim_end_matches('/').strip_suffix(inner).unwrap_or("");
+    if prefix.is_empty() || !prefix.starts_with('/') || prefix.contains([';', ',', ' ']) {
+        "/".to_owned()
+    } else {
+        prefix.to_owned()
+    }
+}
+
+/// `path?query` without its `token` parameter.
+fn without_token(path: &str, query: Option<&str>) -> String {
+    let kept: Vec<&str> = query
+        .unwrap_or("")
+        .split('&')
+        .filter(|kv| !kv.is_empty() && *kv != "token" && !kv.starts_with("token="))
+        .collect();
+    if kept.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{}", kept.join("&"))
+    }
+}
 
 /// Compares without an early exit, so response time does not reveal how
 /// much of a guessed token was right.
@@ -92,10 +249,45 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn tokens_compare_equal_only_when_identical() {
-        assert!(super::constant_time_eq(b"abc", b"abc"));
-        assert!(!super::constant_time_eq(b"abc", b"abd"));
-        assert!(!super::constant_time_eq(b"abc", b"abcd"));
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+    }
+
+    #[test]
+    fn the_cookie_is_scoped_to_where_the_dashboard_is_nested() {
+        assert_eq!(cookie_path("/dashboard", "/"), "/dashboard");
+        assert_eq!(cookie_path("/dashboard/", "/"), "/dashboard");
+        assert_eq!(
+            cookie_path("/ops/dash/api/stats", "/api/stats"),
+            "/ops/dash"
+        );
+        assert_eq!(cookie_path("/api/stats", "/api/stats"), "/");
+    }
+
+    #[test]
+    fn the_redirect_drops_only_the_token() {
+        assert_eq!(without_token("/d", Some("token=x")), "/d");
+        assert_eq!(
+            without_token("/d", Some("range=5m&token=x&a=1")),
+            "/d?range=5m&a=1"
+        );
+        assert_eq!(without_token("/d", None), "/d");
+    }
+
+    #[test]
+    fn sessions_are_random_and_expire() {
+        let s = Sessions::default();
+        let a = s.open(0);
+        let b = s.open(0);
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 64);
+        assert!(s.valid(&a, 1));
+        assert!(!s.valid("nope", 1));
+        assert!(!s.valid(&a, SESSION_TTL.as_micros() as u64 + 1));
     }
 }

@@ -6,9 +6,15 @@
 //! instance's breaker per shard). Mount it with
 //! `Router::nest("/dashboard", limiter.dashboard())`.
 //!
-//! It answers loopback peers only unless `allow_remote = true`, requires
-//! `Authorization: Bearer <token>` (or `?token=` for a browser) when a
-//! token is configured, and escapes everything it prints.
+//! Never dark: when the fleet view in Redis does not answer within
+//! [`READ_BUDGET`](crate::telemetry::READ_BUDGET), the page and
+//! `/api/stats` answer from this instance's in-process view, and say so
+//! (`source.fleet_unavailable`: since when and why).
+//!
+//! It answers loopback clients only unless `allow_remote = true`, requires
+//! `Authorization: Bearer <token>` (or one `?token=` visit, traded for a
+//! session cookie) when a token is configured, and escapes everything it
+//! prints.
 
 mod auth;
 mod view;
@@ -62,12 +68,16 @@ impl Limiter {
 }
 
 fn router<S: Clone + Send + Sync + 'static>(limiter: Limiter) -> Router<S> {
+    let guard = auth::Guard {
+        limiter: limiter.clone(),
+        sessions: auth::Sessions::default(),
+    };
     Router::new()
         .route("/", get(page))
         .route("/api/stats", get(stats))
         .route("/api/policy", get(policy))
         .route("/api/breakers", get(breakers))
-        .layer(middleware::from_fn_with_state(limiter.clone(), auth::guard))
+        .layer(middleware::from_fn_with_state(guard, auth::guard))
         .with_state(limiter)
 }
 
@@ -101,7 +111,7 @@ async fn page(
         .fleet()
         .query(now.saturating_sub(secs), now)
         .await?;
-    let page = DashboardPage::new(&limiter, stats, range);
+    let page = DashboardPage::new(&limiter, stats, range, now);
     Ok(Html(page.render()?))
 }
 
@@ -124,11 +134,17 @@ async fn policy(State(limiter): State<Limiter>) -> Json<PolicyView> {
     Json(PolicyView::of(limiter.policy()))
 }
 
+/// This instance's breakers: every configured shard (closed until first
+/// used) and every shard seen since, each with its state.
 async fn breakers(State(limiter): State<Limiter>) -> Json<serde_json::Value> {
-    let states: serde_json::Map<String, serde_json::Value> = limiter
-        .breaker_states()
-        .into_iter()
-        .map(|(shard, state)| (shard.to_string(), state.as_str().into()))
-        .collect();
+    let mut states: serde_json::Map<String, serde_json::Value> = serde_json::Map::new();
+    if limiter.store().kind() != "memory" {
+        for shard in crate::telemetry::metrics::configured_shards(limiter.policy()) {
+            states.insert(shard, "closed".into());
+        }
+    }
+    for (shard, state) in limiter.breaker_states() {
+        states.insert(shard.to_string(), state.as_str().into());
+    }
     Json(serde_json::Value::Object(states))
 }

@@ -22,10 +22,13 @@ pub struct DashboardPage {
     outcomes: Vec<&'static str>,
     tiers: Vec<TierRow>,
     shards: Vec<ShardRow>,
+    routes: Vec<RouteRow>,
     store_kind: &'static str,
     fail_open_pct: String,
     generated: String,
     refresh_ms: u64,
+    /// Set when the fleet view did not answer: since (UTC), and why.
+    banner: Option<(String, String)>,
 }
 
 struct RangeLink {
@@ -45,16 +48,29 @@ struct ShardRow {
     p50: String,
     p99: String,
     count: u64,
+    decisions: u64,
+    share: String,
     state: &'static str,
     state_class: &'static str,
     trips: u64,
 }
 
+struct RouteRow {
+    route: String,
+    counts: Vec<u64>,
+}
+
 impl DashboardPage {
-    /// The page for `stats` over `range`.
-    pub fn new(limiter: &Limiter, stats: FleetStats, range: &'static str) -> Self {
+    /// The page for `stats` over `range`, drawn at `now` (Unix seconds).
+    pub fn new(limiter: &Limiter, stats: FleetStats, range: &'static str, now: u64) -> Self {
         let policy = limiter.policy();
         let outcomes: Vec<&'static str> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
+        let counts_of = |per: Option<&BTreeMap<String, u64>>| -> Vec<u64> {
+            outcomes
+                .iter()
+                .map(|o| per.and_then(|m| m.get(*o)).copied().unwrap_or(0))
+                .collect()
+        };
         let tiers = policy
             .tiers
             .iter()
@@ -62,38 +78,48 @@ impl DashboardPage {
                 name: t.name.clone(),
                 prefix: t.match_prefix.clone(),
                 limits: t.limits.iter().map(describe_limit).collect(),
-                counts: outcomes
-                    .iter()
-                    .map(|o| {
-                        stats
-                            .totals
-                            .get(&t.name)
-                            .and_then(|m| m.get(*o))
-                            .copied()
-                            .unwrap_or(0)
-                    })
-                    .collect(),
+                counts: counts_of(stats.totals.get(&t.name)),
             })
             .collect();
-        let breakers: BTreeMap<String, crate::resilience::BreakerState> = limiter
-            .breaker_states()
-            .into_iter()
-            .map(|(s, b)| (s.to_string(), b))
+        let routes = stats
+            .by_route
+            .iter()
+            .map(|(route, per)| RouteRow {
+                route: route.clone(),
+                counts: counts_of(Some(per)),
+            })
             .collect();
+        let mut breakers: BTreeMap<String, crate::resilience::BreakerState> = BTreeMap::new();
+        if limiter.store().kind() != "memory" {
+            for shard in crate::telemetry::metrics::configured_shards(policy) {
+                breakers.insert(shard, crate::resilience::BreakerState::Closed);
+            }
+        }
+        breakers.extend(
+            limiter
+                .breaker_states()
+                .into_iter()
+                .map(|(s, b)| (s.to_string(), b)),
+        );
         let mut names: Vec<String> = stats.rtt.keys().cloned().collect();
         names.extend(breakers.keys().cloned());
         names.extend(stats.breaker_trips.keys().cloned());
+        names.extend(stats.by_shard.keys().cloned());
         names.sort();
         names.dedup();
+        let total = stats.decisions.max(1) as f64;
         let shards = names
             .into_iter()
             .map(|name| {
                 let rtt = stats.rtt.get(&name);
                 let state = breakers.get(&name).copied();
+                let decisions: u64 = stats.by_shard.get(&name).map_or(0, |m| m.values().sum());
                 ShardRow {
                     p50: rtt.map_or("–".into(), |r| millis(r.p50_s)),
                     p99: rtt.map_or("–".into(), |r| millis(r.p99_s)),
                     count: rtt.map_or(0, |r| r.count),
+                    decisions,
+                    share: format!("{:.1} %", decisions as f64 / total * 100.0),
                     state: state.map_or("–", |s| s.as_str()),
                     state_class: match state.map(|s| s.as_gauge()) {
                         Some(0) => "ok",
@@ -106,11 +132,15 @@ impl DashboardPage {
                 }
             })
             .collect();
-        let label = range;
+        let banner = stats
+            .source
+            .fleet_unavailable
+            .as_ref()
+            .map(|u| (clock_of(u.since), u.reason.clone()));
         Self {
             fail_open_pct: format!("{:.2} %", stats.fail_open_rate * 100.0),
             stats,
-            range_label: label,
+            range_label: range,
             ranges: super::RANGES
                 .iter()
                 .map(|(name, _)| RangeLink {
@@ -121,10 +151,21 @@ impl DashboardPage {
             outcomes,
             tiers,
             shards,
+            routes,
             store_kind: limiter.store().kind(),
-            generated: chrono_like_now(),
-            refresh_ms: 5_000,
+            generated: clock_of(now),
+            refresh_ms: limiter
+                .policy()
+                .telemetry
+                .flush_interval
+                .as_millis()
+                .clamp(1_000, 5_000) as u64,
+            banner,
         }
+    }
+
+    fn pct(share: &f64) -> String {
+        format!("{:.1} %", share * 100.0)
     }
 }
 
@@ -132,9 +173,9 @@ fn millis(seconds: f64) -> String {
     format!("{:.2} ms", seconds * 1000.0)
 }
 
-/// `HH:MM:SSZ` of now, for the "refreshed" stamp.
-fn chrono_like_now() -> String {
-    let s = crate::telemetry::unix_now() % 86_400;
+/// `HH:MM:SSZ` of a Unix time, for the "refreshed" and "since" stamps.
+fn clock_of(unix_s: u64) -> String {
+    let s = unix_s % 86_400;
     format!("{:02}:{:02}:{:02}Z", s / 3600, s / 60 % 60, s % 60)
 }
 

@@ -221,8 +221,21 @@ mod tests {
     use super::*;
     use http::HeaderValue;
 
+    /// An extractor behind a proxy on loopback.
     fn ex() -> HeaderExtractor {
-        HeaderExtractor::new(IdentitySettings::default())
+        HeaderExtractor::new(IdentitySettings {
+            trusted_proxies: vec!["127.0.0.1/32".parse().unwrap()],
+            ..IdentitySettings::default()
+        })
+    }
+
+    #[test]
+    fn by_default_no_proxy_is_trusted() {
+        let h = headers(&[("x-forwarded-for", b"203.0.113.9")]);
+        let id = HeaderExtractor::new(IdentitySettings::default())
+            .identify(&h, Some("127.0.0.1".parse().unwrap()))
+            .unwrap();
+        assert_eq!(id.ip, Some("127.0.0.1".parse().unwrap()));
     }
 
     fn headers(pairs: &[(&str, &[u8])]) -> HeaderMap {

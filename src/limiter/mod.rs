@@ -20,6 +20,7 @@
 mod compiled;
 mod decision;
 mod identify;
+mod metrics_handler;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -36,7 +37,7 @@ use crate::identity::{HeaderExtractor, Identity, KeyExtractor, PrefixResolver, T
 use crate::policy::{FailurePolicy, Policy};
 use crate::resilience::{Change, ShardBreakers};
 use crate::store::{Batch, MemoryStore, Store, StoreDecision};
-use crate::telemetry::{Event, FallbackReason, Outcome, Telemetry, metrics};
+use crate::telemetry::{Event, FallbackReason, Outcome, Telemetry};
 
 /// A rate limiter: a policy, a store and the telemetry around them.
 /// Cheap to clone; clones share everything.
@@ -125,9 +126,7 @@ impl LimiterBuilder {
         let telemetry = self
             .telemetry
             .unwrap_or_else(|| Telemetry::for_store(&policy.telemetry, &policy.store));
-        if let Err(e) = metrics::install_prometheus() {
-            tracing::warn!(error = %e, "another metrics recorder is installed; /metrics will be empty");
-        }
+        metrics_handler::prepare(&policy);
         let breakers = (store.kind() != "memory").then(|| {
             ShardBreakers::with_probes(
                 policy.resilience.breaker,
@@ -639,29 +638,5 @@ impl Limiter {
     /// Flushes telemetry and stops background work; call before exit.
     pub async fn shutdown(&self) {
         self.inner.telemetry.shutdown().await;
-    }
-}
-
-impl Limiter {
-    /// An axum handler serving the Prometheus exposition of every ratewatch
-    /// metric (mount it at `/metrics`).
-    pub fn metrics_handler(
-        &self,
-    ) -> impl Fn() -> std::future::Ready<([(http::HeaderName, &'static str); 1], String)>
-    + Clone
-    + Send
-    + Sync
-    + 'static {
-        let handle = metrics::install_prometheus().ok();
-        move || {
-            let body = handle
-                .as_ref()
-                .map(crate::telemetry::render)
-                .unwrap_or_default();
-            std::future::ready((
-                [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-                body,
-            ))
-        }
     }
 }

@@ -226,7 +226,7 @@ impl Default for IdentitySettings {
             anonymous: AnonymousMode::Ip,
             anonymous_tier: "anonymous".into(),
             default_tier: "free".into(),
-            trusted_proxies: vec!["127.0.0.1/32".parse().expect("valid CIDR")],
+            trusted_proxies: Vec::new(),
             max_key_len: 256,
             ipv6_prefix: crate::identity::DEFAULT_IPV6_PREFIX,
         }

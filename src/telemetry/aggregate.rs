@@ -1,8 +1,10 @@
 //! What one instance gathers between two flushes: exact counters per
-//! (tier, route, shard, outcome), blocked counts per identity in a bounded
-//! [`TopK`], round-trip bucket counts per shard. Everything here is bounded:
-//! label combinations are capped at [`MAX_SERIES`] (the rest is dropped and
-//! counted), the top-K at `top_keys`, shards at [`MAX_SERIES`].
+//! (tier, route, shard, outcome), blocked counts per (cause, identity) and
+//! decisions per (tier, shard, identity) in bounded [`TopK`]s, round-trip
+//! bucket counts per shard, and the worst breaker state each shard was in.
+//! Everything here is bounded: label combinations are capped at
+//! [`MAX_SERIES`] (the rest is dropped and counted), each top-K at
+//! `top_keys`, shards at [`MAX_SERIES`].
 
 use std::sync::Arc;
 
@@ -23,13 +25,18 @@ pub(crate) type SeriesKey = (Arc<str>, Arc<str>, Arc<str>, Outcome);
 #[derive(Debug)]
 pub(crate) struct Batch {
     pub counters: AHashMap<SeriesKey, u64>,
+    /// Blocked requests per `cause|identity` (see [`parse_blocked_member`]).
     pub top: TopK,
+    /// Decisions per `tier|shard|identity`, blocked or not: the hot keys.
+    pub hot: TopK,
     /// Per shard, counts per RTT bucket (the last slot is `+Inf`).
     pub rtt: AHashMap<Arc<str>, [u64; RTT_BUCKETS.len() + 1]>,
     /// Events that found no room (more than `MAX_SERIES` series).
     pub overflow: u64,
     /// Events counted in `counters`.
     pub events: u64,
+    /// Reused to build top-K members without an allocation per event.
+    scratch: String,
 }
 
 impl Batch {
@@ -37,9 +44,11 @@ impl Batch {
         Self {
             counters: AHashMap::new(),
             top: TopK::new(top_keys),
+            hot: TopK::new(top_keys),
             rtt: AHashMap::new(),
             overflow: 0,
             events: 0,
+            scratch: String::new(),
         }
     }
 
@@ -54,9 +63,12 @@ impl Batch {
             return;
         }
         self.events += 1;
-        if matches!(e.outcome, Outcome::Blocked | Outcome::FallbackBlocked) {
-            self.top.add(&e.identity, 1);
+        if let Some(cause) = block_cause(e) {
+            write_member(&mut self.scratch, &[cause, &e.identity]);
+            self.top.add(&self.scratch, 1);
         }
+        write_member(&mut self.scratch, &[&e.tier, &e.shard, &e.identity]);
+        self.hot.add(&self.scratch, 1);
         if let Some(rtt) = e.redis_rtt {
             let secs = rtt.as_secs_f64();
             let slot = RTT_BUCKETS
@@ -93,24 +105,123 @@ pub(crate) fn take_trips() -> Vec<(String, u64)> {
     std::mem::take(&mut *PENDING_TRIPS.lock())
 }
 
+/// Why a request was refused, for the top-blocked table: the limit that
+/// blocked it, `fail_closed` (the store could not decide and the route
+/// fails closed: a refusal, not a block) or `local_fallback` (the local
+/// fallback limiter blocked it while the store was away). `None` when the
+/// request passed.
+pub(crate) fn block_cause(e: &Event) -> Option<&str> {
+    match e.outcome {
+        Outcome::Blocked => Some(e.limit.as_deref().unwrap_or("limit")),
+        Outcome::FallbackBlocked => Some(match e.fallback {
+            Some((_, crate::policy::FailurePolicy::Local)) => "local_fallback",
+            _ => FAIL_CLOSED,
+        }),
+        _ => None,
+    }
+}
+
+/// `parts` joined by `|` into `buf` (cleared first).
+fn write_member(buf: &mut String, parts: &[&str]) {
+    buf.clear();
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            buf.push('|');
+        }
+        buf.push_str(p);
+    }
+}
+
+/// The cause of a fail-closed refusal in the top-blocked table.
+pub const FAIL_CLOSED: &str = "fail_closed";
+
+/// Splits a blocked member (`cause|identity`; causes are limit names, made
+/// of letters, digits, `_` and `-`, or fixed words) into cause and
+/// identity: the first `|` splits.
+pub(crate) fn parse_blocked_member(m: &str) -> (&str, &str) {
+    m.split_once('|').unwrap_or(("limit", m))
+}
+
+/// Splits a hot-key member (`tier|shard|identity`: tier names and
+/// `host:port` shards hold no `|`, the identity goes last) into its parts.
+pub(crate) fn parse_hot_member(m: &str) -> Option<(&str, &str, &str)> {
+    let mut it = m.splitn(3, '|');
+    Some((it.next()?, it.next()?, it.next()?))
+}
+
+/// Each shard's breaker: its state now and the worst state since the last
+/// flush, so an open interval shorter than a flush still shows.
+static BREAKERS: Mutex<Vec<(String, u8, u8)>> = Mutex::new(Vec::new());
+
+/// Notes a shard's breaker state (0 closed, 1 half-open, 2 open).
+pub(crate) fn note_breaker_state(shard: &str, state: u8) {
+    let mut b = BREAKERS.lock();
+    if let Some(e) = b.iter_mut().find(|(s, _, _)| s == shard) {
+        e.1 = state;
+        e.2 = e.2.max(state);
+    } else if b.len() < MAX_SERIES {
+        b.push((shard.to_owned(), state, state));
+    }
+}
+
+/// The breaker fields of one flush (`shard|state` -> 1, the worst state
+/// since the last flush), then starts the next interval from the states
+/// held now.
+pub(crate) fn take_breakers() -> Vec<(String, u64)> {
+    let mut b = BREAKERS.lock();
+    b.iter_mut()
+        .map(|(shard, now, worst)| {
+            let field = breaker_field(shard, std::mem::replace(worst, *now));
+            (field, 1)
+        })
+        .collect()
+}
+
+/// Names of the gauge values, in gauge order.
+pub(crate) const BREAKER_STATES: [&str; 3] = ["closed", "half_open", "open"];
+
+fn breaker_field(shard: &str, state: u8) -> String {
+    let name = BREAKER_STATES
+        .get(usize::from(state))
+        .copied()
+        .unwrap_or("open");
+    format!("{shard}|{name}")
+}
+
+/// Splits a breaker field into shard and gauge value.
+pub(crate) fn parse_breaker_field(f: &str) -> Option<(&str, u8)> {
+    let (shard, state) = f.rsplit_once('|')?;
+    let i = BREAKER_STATES.iter().position(|s| *s == state)?;
+    Some((shard, i as u8))
+}
+
 /// A batch in the wire shape shared by the Redis sink and the in-process
 /// view: hash fields and counts, ready to HINCRBY / ZINCRBY.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct Flat {
     /// `tier|outcome|shard|route` -> decisions.
     pub counters: Vec<(String, u64)>,
-    /// identity (display form) -> blocked.
+    /// `cause|identity` (display form) -> blocked.
     pub top: Vec<(String, u64)>,
+    /// `tier|shard|identity` -> decisions.
+    pub hot: Vec<(String, u64)>,
     /// `shard|le` -> round trips.
     pub rtt: Vec<(String, u64)>,
     /// shard -> breaker trips.
     pub trips: Vec<(String, u64)>,
+    /// `shard|state` -> instance flushes that saw it (worst state per
+    /// flush interval).
+    pub breakers: Vec<(String, u64)>,
     /// Events the batch holds.
     pub events: u64,
 }
 
 impl Flat {
-    pub fn from_batch(mut b: Batch, trips: Vec<(String, u64)>) -> Self {
+    pub fn from_batch(
+        mut b: Batch,
+        trips: Vec<(String, u64)>,
+        breakers: Vec<(String, u64)>,
+    ) -> Self {
         let counters = b
             .counters
             .drain()
@@ -129,14 +240,23 @@ impl Flat {
         Self {
             counters,
             top: b.top.take(),
+            hot: b.hot.take(),
             rtt,
             trips,
+            breakers,
             events: b.events,
         }
     }
 
+    /// Nothing worth a write: no decision, no trip, and every breaker
+    /// closed (a closed breaker without traffic says nothing new).
     pub fn is_empty(&self) -> bool {
-        self.counters.is_empty() && self.trips.is_empty()
+        self.counters.is_empty()
+            && self.trips.is_empty()
+            && self
+                .breakers
+                .iter()
+                .all(|(f, _)| parse_breaker_field(f).is_none_or(|(_, s)| s == 0))
     }
 }
 

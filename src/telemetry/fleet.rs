@@ -12,7 +12,10 @@ use ahash::AHashMap;
 use serde::Serialize;
 
 use super::Outcome;
-use super::aggregate::{Flat, parse_counter_field, parse_rtt_field};
+use super::aggregate::{
+    BREAKER_STATES, Flat, parse_blocked_member, parse_breaker_field, parse_counter_field,
+    parse_hot_member, parse_rtt_field,
+};
 use super::metrics::RTT_BUCKETS;
 
 /// One bucket resolution of the fleet view.
@@ -74,14 +77,75 @@ impl Resolution {
     }
 }
 
-/// A blocked identity and how often it was blocked (space-saving counts:
-/// never below the true count).
+/// A blocked identity, why, and how often (space-saving counts: never
+/// below the true count).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BlockedKey {
     /// The identity in display form (masked by default).
     pub identity: String,
+    /// Why: the name of the limit that blocked, `fail_closed` (a refusal
+    /// because the store could not decide, not a block) or
+    /// `local_fallback` (the local fallback limiter blocked).
+    pub cause: String,
     /// Blocked decisions.
     pub blocked: u64,
+}
+
+/// An identity by traffic, blocked or not.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HotKey {
+    /// The identity in display form (masked by default).
+    pub identity: String,
+    /// Its tier.
+    pub tier: String,
+    /// The shard that decided it.
+    pub shard: String,
+    /// Decisions (space-saving count: never below the true count).
+    pub decisions: u64,
+    /// Its share of all decisions in the range, 0 to 1.
+    pub share: f64,
+}
+
+/// The shard deciding the most.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HotShard {
+    /// The shard.
+    pub shard: String,
+    /// Its decisions.
+    pub decisions: u64,
+    /// Its share of all decisions, 0 to 1.
+    pub share: f64,
+}
+
+/// One shard's round-trip quantiles per bucket (`None`: no round trip in
+/// that bucket).
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct RttSeries {
+    /// Median per bucket, seconds.
+    pub p50_s: Vec<Option<f64>>,
+    /// 99th percentile per bucket, seconds.
+    pub p99_s: Vec<Option<f64>>,
+}
+
+/// Where a view came from, and why it is not the fleet's when it is not.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct ViewSource {
+    /// `fleet` (every instance, read from Redis), `in_process` (the memory
+    /// store: this instance is the fleet), `instance` (this instance only,
+    /// because the fleet view did not answer) or `disabled` (a
+    /// metrics-only pipeline: nothing is kept).
+    pub kind: &'static str,
+    /// Set while the fleet view in Redis does not answer.
+    pub fleet_unavailable: Option<Unavailable>,
+}
+
+/// Why the fleet view is not shown.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Unavailable {
+    /// When it stopped answering, Unix seconds.
+    pub since: u64,
+    /// What went wrong last.
+    pub reason: String,
 }
 
 /// Round trips to one shard over the range.
@@ -116,14 +180,33 @@ pub struct FleetStats {
     pub bucket_starts: Vec<u64>,
     /// Per tier, per outcome: decisions in each bucket of `bucket_starts`.
     pub series: BTreeMap<String, BTreeMap<String, Vec<u64>>>,
-    /// Most blocked identities, highest first.
+    /// Most blocked identities, highest first, each with its cause.
     pub top_blocked: Vec<BlockedKey>,
+    /// Blocked or refused requests per cause (limit name, `fail_closed`,
+    /// `local_fallback`), over the top-blocked entries.
+    pub blocked_by_cause: BTreeMap<String, u64>,
+    /// Identities with the most decisions, highest first.
+    pub hot_keys: Vec<HotKey>,
+    /// The shard with the most decisions, if any decided.
+    pub hot_shard: Option<HotShard>,
+    /// Per shard: decisions in each bucket of `bucket_starts`.
+    pub shard_series: BTreeMap<String, Vec<u64>>,
+    /// Per bucket: `fallback_allowed` / all decisions (`None` without
+    /// decisions).
+    pub fail_open_series: Vec<Option<f64>>,
+    /// Per shard: round-trip p50 and p99 in each bucket.
+    pub rtt_series: BTreeMap<String, RttSeries>,
+    /// Per shard: the worst breaker state any instance reported in each
+    /// bucket (`closed`, `half_open`, `open`; `None` when none reported).
+    pub breaker_series: BTreeMap<String, Vec<Option<&'static str>>>,
     /// Redis round trips per shard.
     pub rtt: BTreeMap<String, RttStats>,
     /// Circuit breaker trips per shard.
     pub breaker_trips: BTreeMap<String, u64>,
     /// `fallback_allowed` / all decisions (0 when there were none).
     pub fail_open_rate: f64,
+    /// Where this view came from.
+    pub source: ViewSource,
 }
 
 fn outcome_map() -> BTreeMap<String, u64> {
@@ -151,7 +234,11 @@ pub(crate) fn merge(
     };
     let index: AHashMap<u64, usize> = starts.iter().enumerate().map(|(i, t)| (*t, i)).collect();
     let mut top: AHashMap<&str, u64> = AHashMap::new();
+    let mut hot: AHashMap<&str, u64> = AHashMap::new();
     let mut rtt: BTreeMap<String, [u64; RTT_BUCKETS.len() + 1]> = BTreeMap::new();
+    let mut rtt_per_bucket: BTreeMap<String, Vec<[u64; RTT_BUCKETS.len() + 1]>> = BTreeMap::new();
+    let mut per_bucket = vec![(0u64, 0u64); starts.len()];
+    let mut breakers: BTreeMap<String, Vec<Option<u8>>> = BTreeMap::new();
     let mut fallback_allowed = 0;
     for (start, b) in buckets {
         let Some(&slot) = index.get(start) else {
@@ -162,9 +249,14 @@ pub(crate) fn merge(
                 continue;
             };
             s.decisions += n;
+            per_bucket[slot].1 += n;
             if outcome == Outcome::FallbackAllowed.as_str() {
                 fallback_allowed += n;
+                per_bucket[slot].0 += n;
             }
+            s.shard_series
+                .entry(shard.to_owned())
+                .or_insert_with(|| vec![0; starts.len()])[slot] += n;
             for (map, k) in [
                 (&mut s.totals, tier),
                 (&mut s.by_route, route),
@@ -188,10 +280,27 @@ pub(crate) fn merge(
         for (id, n) in &b.top {
             *top.entry(id.as_str()).or_insert(0) += n;
         }
+        for (id, n) in &b.hot {
+            *hot.entry(id.as_str()).or_insert(0) += n;
+        }
         for (field, n) in &b.rtt {
             if let Some((shard, i)) = parse_rtt_field(field) {
                 rtt.entry(shard.to_owned())
                     .or_insert([0; RTT_BUCKETS.len() + 1])[i] += n;
+                rtt_per_bucket
+                    .entry(shard.to_owned())
+                    .or_insert_with(|| vec![[0; RTT_BUCKETS.len() + 1]; starts.len()])[slot][i] +=
+                    n;
+            }
+        }
+        for (field, seen) in &b.breakers {
+            if let Some((shard, state)) = parse_breaker_field(field) {
+                if *seen > 0 {
+                    let cell = &mut breakers
+                        .entry(shard.to_owned())
+                        .or_insert_with(|| vec![None; starts.len()])[slot];
+                    *cell = Some(cell.map_or(state, |c: u8| c.max(state)));
+                }
             }
         }
         for (shard, n) in &b.trips {
@@ -200,18 +309,88 @@ pub(crate) fn merge(
     }
     let mut top: Vec<BlockedKey> = top
         .into_iter()
-        .map(|(identity, blocked)| BlockedKey {
-            identity: identity.to_owned(),
-            blocked,
+        .map(|(member, blocked)| {
+            let (cause, identity) = parse_blocked_member(member);
+            BlockedKey {
+                identity: identity.to_owned(),
+                cause: cause.to_owned(),
+                blocked,
+            }
         })
         .collect();
+    for k in &top {
+        *s.blocked_by_cause.entry(k.cause.clone()).or_insert(0) += k.blocked;
+    }
     top.sort_by(|a, b| {
         b.blocked
             .cmp(&a.blocked)
             .then_with(|| a.identity.cmp(&b.identity))
+            .then_with(|| a.cause.cmp(&b.cause))
     });
     top.truncate(top_n);
     s.top_blocked = top;
+    let total = s.decisions.max(1) as f64;
+    let mut hot: Vec<HotKey> = hot
+        .into_iter()
+        .filter_map(|(member, decisions)| {
+            let (tier, shard, identity) = parse_hot_member(member)?;
+            Some(HotKey {
+                identity: identity.to_owned(),
+                tier: tier.to_owned(),
+                shard: shard.to_owned(),
+                decisions,
+                share: (decisions as f64 / total).min(1.0),
+            })
+        })
+        .collect();
+    hot.sort_by(|a, b| {
+        b.decisions
+            .cmp(&a.decisions)
+            .then_with(|| a.identity.cmp(&b.identity))
+    });
+    hot.truncate(top_n);
+    s.hot_keys = hot;
+    s.hot_shard = s
+        .by_shard
+        .iter()
+        .map(|(shard, per)| (shard, per.values().sum::<u64>()))
+        .filter(|(_, d)| *d > 0)
+        .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
+        .map(|(shard, decisions)| HotShard {
+            shard: shard.clone(),
+            decisions,
+            share: decisions as f64 / total,
+        });
+    s.fail_open_series = per_bucket
+        .iter()
+        .map(|(open, all)| (*all > 0).then(|| *open as f64 / *all as f64))
+        .collect();
+    s.rtt_series = rtt_per_bucket
+        .into_iter()
+        .map(|(shard, buckets)| {
+            let q = |p| {
+                buckets
+                    .iter()
+                    .map(|c| (c.iter().sum::<u64>() > 0).then(|| quantile(c, p)))
+                    .collect()
+            };
+            let series = RttSeries {
+                p50_s: q(0.5),
+                p99_s: q(0.99),
+            };
+            (shard, series)
+        })
+        .collect();
+    s.breaker_series = breakers
+        .into_iter()
+        .map(|(shard, states)| {
+            let named = states
+                .into_iter()
+                .map(|st| st.map(|v| BREAKER_STATES[usize::from(v.min(2))]))
+                .collect();
+            (shard, named)
+        })
+        .collect();
     s.rtt = rtt
         .into_iter()
         .map(|(shard, counts)| {
@@ -287,7 +466,9 @@ mod tests {
                 ("free|allowed|memory|*".into(), n),
                 ("free|fallback_allowed|memory|/x".into(), 1),
             ],
-            top: vec![("free_ab…1234".into(), n)],
+            top: vec![("burst|free_ab…1234".into(), n)],
+            hot: vec![("free|memory|free_ab…1234".into(), n + 1)],
+            breakers: vec![("127.0.0.1:7000|open".into(), 1)],
             ..Flat::default()
         };
         let s = merge(
@@ -304,6 +485,20 @@ mod tests {
         assert_eq!(s.decisions, 12);
         assert!((s.fail_open_rate - 3.0 / 12.0).abs() < 1e-9);
         assert_eq!(s.top_blocked[0].blocked, 9);
+        assert_eq!(s.top_blocked[0].cause, "burst");
+        assert_eq!(s.top_blocked[0].identity, "free_ab…1234");
         assert_eq!(s.by_route["/x"]["fallback_allowed"], 3);
+        assert_eq!(s.hot_keys[0].decisions, 12);
+        assert_eq!(s.hot_keys[0].tier, "free");
+        assert!((s.hot_keys[0].share - 1.0).abs() < 1e-9);
+        assert_eq!(s.shard_series["memory"], vec![4, 0, 8]);
+        assert_eq!(s.fail_open_series[1], None);
+        assert!((s.fail_open_series[0].unwrap() - 0.25).abs() < 1e-9);
+        assert_eq!(
+            s.breaker_series["127.0.0.1:7000"],
+            vec![Some("open"), None, Some("open")]
+        );
+        let hot = s.hot_shard.expect("a busiest shard");
+        assert_eq!((hot.shard.as_str(), hot.decisions), ("memory", 12));
     }
 }

@@ -1,6 +1,9 @@
-//! The fleet view kept in process, for the memory store (one instance is
-//! the fleet). A bounded ring: at most one hour of 10 s buckets and two
-//! days of 1 min buckets, each holding at most `top_keys` identities.
+//! The fleet view kept in process: the whole fleet for the memory store
+//! (one instance is the fleet), and this instance's own view beside the
+//! Redis one, so the dashboard has something true to show when Redis does
+//! not answer. A bounded ring: at most one hour of 10 s buckets and two
+//! days of 1 min buckets, each holding at most `2 * top_keys` identities
+//! per table.
 
 use std::collections::BTreeMap;
 
@@ -14,8 +17,10 @@ use super::fleet::{RESOLUTIONS, Resolution};
 struct Bucket {
     counters: AHashMap<String, u64>,
     top: AHashMap<String, u64>,
+    hot: AHashMap<String, u64>,
     rtt: AHashMap<String, u64>,
     trips: AHashMap<String, u64>,
+    breakers: AHashMap<String, u64>,
 }
 
 /// In-process buckets, keyed by (resolution width, bucket start).
@@ -23,13 +28,27 @@ struct Bucket {
 pub(crate) struct MemoryView {
     buckets: Mutex<BTreeMap<(u64, u64), Bucket>>,
     top_keys: usize,
+    /// Longest a bucket is kept, whatever its resolution keeps.
+    max_keep: u64,
 }
 
+/// How long this instance's own view is kept beside a Redis fleet view:
+/// enough to answer "since when" during an outage, at a fraction of the
+/// memory two days of minute buckets would take.
+pub(crate) const KEEP_BESIDE_REDIS: u64 = 6 * 3600;
+
 impl MemoryView {
+    /// A view keeping every resolution's full retention.
     pub fn new(top_keys: usize) -> Self {
+        Self::with_max_keep(top_keys, u64::MAX)
+    }
+
+    /// A view keeping no bucket longer than `max_keep` seconds.
+    pub fn with_max_keep(top_keys: usize, max_keep: u64) -> Self {
         Self {
             buckets: Mutex::new(BTreeMap::new()),
             top_keys: top_keys.max(1),
+            max_keep,
         }
     }
 
@@ -42,29 +61,28 @@ impl MemoryView {
             for (k, n) in &flat.counters {
                 *b.counters.entry(k.clone()).or_insert(0) += n;
             }
-            for (k, n) in &flat.top {
-                *b.top.entry(k.clone()).or_insert(0) += n;
+            for (table, fields) in [(&mut b.top, &flat.top), (&mut b.hot, &flat.hot)] {
+                add(table, fields);
+                if table.len() > 2 * self.top_keys {
+                    trim(table, self.top_keys);
+                }
             }
-            if b.top.len() > 2 * self.top_keys {
-                trim(&mut b.top, self.top_keys);
-            }
-            for (k, n) in &flat.rtt {
-                *b.rtt.entry(k.clone()).or_insert(0) += n;
-            }
-            for (k, n) in &flat.trips {
-                *b.trips.entry(k.clone()).or_insert(0) += n;
-            }
+            add(&mut b.rtt, &flat.rtt);
+            add(&mut b.trips, &flat.trips);
+            add(&mut b.breakers, &flat.breakers);
         }
         buckets.retain(|(secs, start), _| {
             let keep = RESOLUTIONS
                 .iter()
                 .find(|r| r.secs == *secs)
-                .map_or(0, |r| r.keep);
+                .map_or(0, |r| r.keep)
+                .min(self.max_keep);
             start + keep + secs > now
         });
     }
 
-    /// The buckets of `starts` at resolution `res`.
+    /// The buckets of `starts` at resolution `res`, each with at most
+    /// `top_keys` entries per top table.
     pub fn read(&self, res: Resolution, starts: &[u64]) -> Vec<(u64, Flat)> {
         let buckets = self.buckets.lock();
         starts
@@ -73,9 +91,11 @@ impl MemoryView {
                 buckets.get(&(res.secs, *s)).map(|b| {
                     let flat = Flat {
                         counters: pairs(&b.counters),
-                        top: pairs(&b.top),
+                        top: highest(&b.top, self.top_keys),
+                        hot: highest(&b.hot, self.top_keys),
                         rtt: pairs(&b.rtt),
                         trips: pairs(&b.trips),
+                        breakers: pairs(&b.breakers),
                         events: 0,
                     };
                     (*s, flat)
@@ -89,6 +109,20 @@ impl MemoryView {
     pub fn len(&self) -> usize {
         self.buckets.lock().len()
     }
+}
+
+fn add(table: &mut AHashMap<String, u64>, fields: &[(String, u64)]) {
+    for (k, n) in fields {
+        *table.entry(k.clone()).or_insert(0) += n;
+    }
+}
+
+/// The `n` highest counts, highest first.
+fn highest(m: &AHashMap<String, u64>, n: usize) -> Vec<(String, u64)> {
+    let mut v = pairs(m);
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v.truncate(n);
+    v
 }
 
 fn pairs(m: &AHashMap<String, u64>) -> Vec<(String, u64)> {
@@ -123,6 +157,20 @@ mod tests {
     }
 
     #[test]
+    fn a_view_beside_redis_keeps_six_hours() {
+        let view = MemoryView::with_max_keep(3, KEEP_BESIDE_REDIS);
+        let flat = Flat {
+            counters: vec![("free|allowed|memory|*".into(), 1)],
+            ..Flat::default()
+        };
+        let t0 = 1_700_000_000;
+        for i in 0..(86_400 / 10) {
+            view.apply(t0 + i * 10, &flat);
+        }
+        assert!(view.len() <= 361 + 361, "{}", view.len());
+    }
+
+    #[test]
     fn a_bucket_keeps_only_the_most_blocked_identities() {
         let view = MemoryView::new(2);
         let t = 1_700_000_000;
@@ -134,7 +182,7 @@ mod tests {
             view.apply(t, &flat);
         }
         let read = view.read(RESOLUTIONS[0], &[RESOLUTIONS[0].bucket_of(t)]);
-        assert!(read[0].1.top.len() <= 4);
+        assert!(read[0].1.top.len() <= 2);
         assert!(read[0].1.top.iter().any(|(k, _)| k == "id99"));
     }
 }

@@ -13,6 +13,8 @@
 //! ```
 
 use std::sync::OnceLock;
+
+use crate::policy::{FailurePolicy, Policy, StoreKind};
 use std::time::Duration;
 
 use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge};
@@ -164,7 +166,6 @@ pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
 ///
 /// Fails if another recorder was installed globally first.
 pub fn install_prometheus() -> Result<PrometheusHandle, BuildError> {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     if let Some(h) = HANDLE.get() {
         return Ok(h.clone());
@@ -202,6 +203,7 @@ pub fn render(handle: &PrometheusHandle) -> String {
 /// Sets a shard's breaker state: 0 closed, 1 half-open, 2 open.
 pub fn record_breaker_state(shard: &str, state: u8) {
     gauge!(BREAKER_STATE, LABEL_SHARD => shard.to_owned()).set(f64::from(state));
+    super::aggregate::note_breaker_state(shard, state);
 }
 
 /// Counts a breaker trip, in Prometheus and in the fleet view (the next
@@ -260,5 +262,189 @@ pub fn record_event(event: &Event) {
             LABEL_OP => RttOp::Decide.as_str()
         )
         .record(rtt.as_secs_f64());
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The handle `/metrics` renders, and applications with their own recorder.
+// ---------------------------------------------------------------------------
+
+/// The handle ratewatch renders: its own recorder's, or the application's
+/// (see [`use_handle`]).
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Adds ratewatch's histogram buckets to an application's own builder, so
+/// `ratewatch_redis_rtt_seconds` is exported as a histogram (the shipped
+/// p99 panels and the slow-Redis alert need its `_bucket` series), not as a
+/// summary.
+///
+/// The supported way to embed ratewatch in a service that owns its
+/// Prometheus recorder: build it with this, install it, hand the handle to
+/// [`use_handle`], and only then build the limiter.
+///
+/// ```
+/// use metrics_exporter_prometheus::PrometheusBuilder;
+/// use ratewatch::telemetry::metrics;
+/// let recorder = metrics::with_ratewatch_buckets(PrometheusBuilder::new())
+///     .unwrap()
+///     .build_recorder();
+/// metrics::use_handle(recorder.handle());
+/// // metrics::set_global_recorder(recorder) in the application, then
+/// // Limiter::new(..), then .route("/metrics", get(limiter.metrics_handler()))
+/// ```
+pub fn with_ratewatch_buckets(builder: PrometheusBuilder) -> Result<PrometheusBuilder, BuildError> {
+    builder.set_buckets_for_metric(Matcher::Full(REDIS_RTT_SECONDS.into()), &RTT_BUCKETS)
+}
+
+/// Makes `/metrics` (`Limiter::metrics_handler`) render `handle`, the
+/// handle of a recorder the application installed itself, and describes
+/// ratewatch's metrics on the current recorder. Call it before building a
+/// limiter. Returns `false` (and changes nothing) if a handle was already
+/// chosen, by an earlier call or by ratewatch installing its own recorder.
+pub fn use_handle(handle: PrometheusHandle) -> bool {
+    if HANDLE.set(handle).is_err() {
+        return false;
+    }
+    describe();
+    record_build_info();
+    true
+}
+
+/// The handle `/metrics` renders: the one given to [`use_handle`], else
+/// ratewatch's own recorder, installed on first use. `None` when another
+/// recorder was installed and its handle was not handed over.
+pub fn handle() -> Option<PrometheusHandle> {
+    HANDLE.get().cloned().or_else(|| install_prometheus().ok())
+}
+
+/// Whether a rendered exposition shows the round-trip histogram as a
+/// summary: the recorder was built without [`with_ratewatch_buckets`].
+pub fn rtt_rendered_as_summary(text: &str) -> bool {
+    text.lines()
+        .any(|l| l.starts_with(REDIS_RTT_SECONDS) && l.contains("quantile=\""))
+}
+
+// ---------------------------------------------------------------------------
+// Every metric at zero from start-up.
+// ---------------------------------------------------------------------------
+
+/// Most `ratewatch_decisions_total` series [`register_at_zero`] creates; a
+/// policy with more tier x route x shard combinations gets its decision
+/// series on first use only.
+pub const MAX_ZERO_DECISION_SERIES: usize = 2_000;
+
+/// The `shard` labels a policy's store is configured with: `memory`, the
+/// node of a `redis` store, or every seed node of a cluster.
+pub fn configured_shards(policy: &Policy) -> Vec<String> {
+    match policy.store.kind {
+        StoreKind::Memory => vec!["memory".to_owned()],
+        StoreKind::Redis => vec![url_host_port(
+            policy
+                .store
+                .url
+                .as_deref()
+                .unwrap_or("redis://127.0.0.1:6379"),
+        )],
+        StoreKind::RedisCluster => policy
+            .store
+            .nodes
+            .iter()
+            .map(|n| url_host_port(n))
+            .collect(),
+        #[allow(unreachable_patterns)]
+        _ => Vec::new(),
+    }
+}
+
+fn url_host_port(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    rest.split('/').next().unwrap_or(rest).to_owned()
+}
+
+/// Creates, at zero, every series whose labels are known at start-up, so
+/// Grafana shows 0 rather than "No data" and `rate()` sees the first
+/// increment: per configured Redis shard the breaker state (closed) and
+/// trips, script reloads, and fallbacks for every reason and every failure
+/// policy the policy uses; telemetry drops per reason; limits exceeded per
+/// tier and limit; decisions per tier, route, shard and outcome (up to
+/// [`MAX_ZERO_DECISION_SERIES`]); and the round-trip histogram per shard.
+pub fn register_at_zero(policy: &Policy) {
+    let shards = configured_shards(policy);
+    let redis_shards: Vec<&String> = shards.iter().filter(|s| *s != "memory").collect();
+    let mut policies: Vec<FailurePolicy> = vec![policy.resilience.on_store_failure];
+    for r in &policy.routes {
+        if let Some(p) = r.on_store_failure {
+            if !policies.contains(&p) {
+                policies.push(p);
+            }
+        }
+    }
+    for shard in &redis_shards {
+        let shard = (*shard).clone();
+        gauge!(BREAKER_STATE, LABEL_SHARD => shard.clone()).set(0.0);
+        super::aggregate::note_breaker_state(&shard, 0);
+        counter!(BREAKER_TRIPS_TOTAL, LABEL_SHARD => shard.clone()).increment(0);
+        counter!(SCRIPT_RELOADS_TOTAL, LABEL_SHARD => shard.clone()).increment(0);
+        for reason in [
+            super::FallbackReason::Timeout,
+            super::FallbackReason::Error,
+            super::FallbackReason::BreakerOpen,
+        ] {
+            for p in &policies {
+                counter!(
+                    FALLBACKS_TOTAL,
+                    LABEL_SHARD => shard.clone(),
+                    LABEL_REASON => reason.as_str(),
+                    LABEL_POLICY => p.as_str()
+                )
+                .increment(0);
+            }
+        }
+        for op in [RttOp::Decide, RttOp::Telemetry] {
+            // Registering is enough: the histogram renders with zero counts.
+            let _ = metrics::histogram!(REDIS_RTT_SECONDS, LABEL_SHARD => shard.clone(), LABEL_OP => op.as_str());
+        }
+    }
+    for reason in [DropReason::Timeout, DropReason::Error, DropReason::Overflow] {
+        counter!(TELEMETRY_DROPPED_TOTAL, LABEL_REASON => reason.as_str()).increment(0);
+    }
+    let routes: Vec<String> = policy
+        .routes
+        .iter()
+        .filter(|r| !r.exempt)
+        .map(|r| r.label().to_owned())
+        .chain(std::iter::once("*".to_owned()))
+        .collect();
+    let outcomes = super::Outcome::ALL;
+    let decision_series = policy.tiers.len() * routes.len() * shards.len() * outcomes.len();
+    for tier in &policy.tiers {
+        let mut limits: Vec<&str> = tier.limits.iter().map(|l| l.name.as_str()).collect();
+        for r in &policy.routes {
+            limits.extend(r.limits.iter().map(|l| l.name.as_str()));
+        }
+        limits.sort_unstable();
+        limits.dedup();
+        for limit in limits {
+            counter!(LIMIT_EXCEEDED_TOTAL, LABEL_TIER => tier.name.clone(), LABEL_LIMIT => limit.to_owned())
+                .increment(0);
+        }
+        if decision_series > MAX_ZERO_DECISION_SERIES {
+            continue;
+        }
+        for route in &routes {
+            for shard in &shards {
+                for o in outcomes {
+                    counter!(
+                        DECISIONS_TOTAL,
+                        LABEL_TIER => tier.name.clone(),
+                        LABEL_ROUTE => route.clone(),
+                        LABEL_SHARD => shard.clone(),
+                        LABEL_OUTCOME => o.as_str()
+                    )
+                    .increment(0);
+                }
+            }
+        }
     }
 }

@@ -7,6 +7,11 @@
 //! (in process, or one Redis pipeline per time bucket), which
 //! [`FleetReader::query`] merges over a time range for the dashboard.
 //!
+//! The in-process view is kept whatever the store: with Redis it is this
+//! instance's own share (the last six hours), which the dashboard shows
+//! (marked as such) when the fleet view in Redis does not answer within
+//! [`READ_BUDGET`].
+//!
 //! ```
 //! use std::sync::Arc;
 //! use ratewatch::policy::TelemetrySettings;
@@ -53,9 +58,13 @@ use crate::policy::{StoreSettings, TelemetrySettings};
 use aggregate::{Batch, Flat};
 use memory_view::MemoryView;
 
+pub use aggregate::FAIL_CLOSED;
 pub use aggregate::MAX_SERIES;
 pub use event::{Event, FallbackReason, Outcome};
-pub use fleet::{BlockedKey, FleetStats, RESOLUTIONS, Resolution, RttStats, quantile};
+pub use fleet::{
+    BlockedKey, FleetStats, HotKey, HotShard, RESOLUTIONS, Resolution, RttSeries, RttStats,
+    Unavailable, ViewSource, quantile,
+};
 pub use metrics::{DropReason, RttOp, render};
 #[cfg(feature = "redis-store")]
 pub use redis_sink::{Endpoints, RedisTarget};
@@ -106,8 +115,13 @@ pub fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// How long the dashboard waits for the fleet view in Redis before it
+/// answers from this instance's in-process view instead.
+pub const READ_BUDGET: std::time::Duration = std::time::Duration::from_millis(300);
+
 enum Sink {
-    Memory(MemoryView),
+    /// The in-process view is the fleet (memory store).
+    Memory,
     #[cfg(feature = "redis-store")]
     Redis(redis_sink::RedisSink),
 }
@@ -115,6 +129,10 @@ enum Sink {
 struct Inner {
     batch: Mutex<Batch>,
     sink: Sink,
+    /// This instance's view, kept whatever the sink.
+    local: MemoryView,
+    /// Since when, and why, the fleet view in Redis has not answered.
+    unavailable: Mutex<Option<Unavailable>>,
     settings: TelemetrySettings,
     /// Serialises flushes: the periodic task and `shutdown` never
     /// interleave.
@@ -143,7 +161,7 @@ impl std::fmt::Debug for Telemetry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match self.inner.as_deref().map(|i| &i.sink) {
             None => "metrics-only",
-            Some(Sink::Memory(_)) => "in-process",
+            Some(Sink::Memory) => "in-process",
             #[cfg(feature = "redis-store")]
             Some(Sink::Redis(_)) => "redis",
         };
@@ -169,7 +187,7 @@ impl Telemetry {
     /// the fleet). Flushes every `flush_interval` on the current tokio
     /// runtime, if any; reads always include what was not flushed yet.
     pub fn in_process(settings: &TelemetrySettings) -> Self {
-        Self::start(settings, Sink::Memory(MemoryView::new(settings.top_keys)))
+        Self::start(settings, Sink::Memory)
     }
 
     /// The fleet view in Redis, shared by every instance writing to the
@@ -217,9 +235,18 @@ impl Telemetry {
     }
 
     fn start(settings: &TelemetrySettings, sink: Sink) -> Self {
+        let local = match &sink {
+            Sink::Memory => MemoryView::new(settings.top_keys),
+            #[cfg(feature = "redis-store")]
+            Sink::Redis(_) => {
+                MemoryView::with_max_keep(settings.top_keys, memory_view::KEEP_BESIDE_REDIS)
+            }
+        };
         let inner = Arc::new(Inner {
             batch: Mutex::new(Batch::new(settings.top_keys)),
             sink,
+            local,
+            unavailable: Mutex::new(None),
             settings: settings.clone(),
             flushing: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
@@ -286,14 +313,31 @@ impl Inner {
         let _one_at_a_time = self.flushing.lock().await;
         let batch = std::mem::replace(&mut *self.batch.lock(), Batch::new(self.settings.top_keys));
         metrics::record_dropped(DropReason::Overflow, batch.overflow);
-        let flat = Flat::from_batch(batch, aggregate::take_trips());
+        let flat = Flat::from_batch(batch, aggregate::take_trips(), aggregate::take_breakers());
         if flat.is_empty() {
             return;
         }
+        let now = unix_now();
+        self.local.apply(now, &flat);
         match &self.sink {
-            Sink::Memory(view) => view.apply(unix_now(), &flat),
+            Sink::Memory => {}
             #[cfg(feature = "redis-store")]
-            Sink::Redis(sink) => sink.write(unix_now(), &flat).await,
+            Sink::Redis(sink) => {
+                if let Err(e) = sink.write(now, &flat).await {
+                    self.mark_unavailable(now, &e);
+                }
+            }
+        }
+    }
+
+    /// Remembers the first failure of an outage and the latest reason.
+    #[cfg(feature = "redis-store")]
+    fn mark_unavailable(&self, now: u64, e: &TelemetryError) {
+        let mut u = self.unavailable.lock();
+        let reason = e.to_string();
+        match &mut *u {
+            Some(known) => known.reason = reason,
+            None => *u = Some(Unavailable { since: now, reason }),
         }
     }
 }
@@ -330,6 +374,11 @@ impl FleetReader {
     /// The fleet view over `[from_unix_s, to_unix_s]`: 10 s buckets for
     /// ranges within the last hour, 1 min buckets otherwise. An empty view
     /// (all zeros) for a metrics-only pipeline.
+    ///
+    /// Never fails because Redis is away: when the fleet view does not
+    /// answer within [`READ_BUDGET`], the answer is this instance's
+    /// in-process view, with `source.fleet_unavailable` saying since when
+    /// and why. Fails only on an inverted range.
     pub async fn query(
         &self,
         from_unix_s: u64,
@@ -345,24 +394,45 @@ impl FleetReader {
         let res = Resolution::for_range(from_unix_s, to_unix_s, now);
         let starts = res.starts(from_unix_s, to_unix_s, now);
         let Some(inner) = &self.inner else {
-            return Ok(fleet::merge(from_unix_s, to_unix_s, res, starts, &[], 0));
+            let mut s = fleet::merge(from_unix_s, to_unix_s, res, starts, &[], 0);
+            s.source.kind = "disabled";
+            return Ok(s);
         };
-        let buckets = match &inner.sink {
-            Sink::Memory(view) => {
+        let top = inner.settings.top_keys;
+        let local = |kind: &'static str, unavailable: Option<Unavailable>| {
+            let buckets = inner.local.read(res, &starts);
+            let mut s = fleet::merge(from_unix_s, to_unix_s, res, starts.clone(), &buckets, top);
+            s.source = ViewSource {
+                kind,
+                fleet_unavailable: unavailable,
+            };
+            s
+        };
+        match &inner.sink {
+            Sink::Memory => {
                 // One instance is the fleet: show what is not flushed yet.
                 inner.flush().await;
-                view.read(res, &starts)
+                Ok(local("in_process", None))
             }
             #[cfg(feature = "redis-store")]
-            Sink::Redis(sink) => sink.read(res, &starts).await?,
-        };
-        Ok(fleet::merge(
-            from_unix_s,
-            to_unix_s,
-            res,
-            starts,
-            &buckets,
-            inner.settings.top_keys,
-        ))
+            Sink::Redis(sink) => match sink.read(res, &starts, READ_BUDGET).await {
+                Ok(buckets) => {
+                    *inner.unavailable.lock() = None;
+                    let mut s =
+                        fleet::merge(from_unix_s, to_unix_s, res, starts.clone(), &buckets, top);
+                    s.source = ViewSource {
+                        kind: "fleet",
+                        fleet_unavailable: None,
+                    };
+                    Ok(s)
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "fleet view unavailable; answering from this instance");
+                    inner.mark_unavailable(now, &e);
+                    let why = inner.unavailable.lock().clone();
+                    Ok(local("instance", why))
+                }
+            },
+        }
     }
 }

@@ -6,9 +6,11 @@
 //!
 //! ```text
 //! {prefix}:tm:{10s:<start>}:c      hash  tier|outcome|shard|route -> decisions
-//! {prefix}:tm:{10s:<start>}:top    zset  identity (display form) -> blocked
+//! {prefix}:tm:{10s:<start>}:blk    zset  cause|identity (display form) -> blocked
+//! {prefix}:tm:{10s:<start>}:hot    zset  tier|shard|identity -> decisions
 //! {prefix}:tm:{10s:<start>}:rtt    hash  shard|le -> round trips
 //! {prefix}:tm:{10s:<start>}:trips  hash  shard -> breaker trips
+//! {prefix}:tm:{10s:<start>}:brk    hash  shard|state -> instance flushes in that state
 //! ```
 //! and the same under `{1m:<start>}`. 10 s buckets expire after an hour,
 //! 1 min buckets after two days; every write re-arms the expiry.
@@ -16,6 +18,9 @@
 //! The connection is made lazily and never blocks a decision: while Redis
 //! is away a flush fails fast (or times out) and its batch is dropped and
 //! counted.
+//!
+//! Reads cost O(`top_keys`) per bucket whatever the number of identities
+//! written: the zsets are read with `ZREVRANGE key 0 top_keys-1`.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -131,6 +136,8 @@ pub(crate) struct RedisSink {
     conn: OnceCell<Conn>,
     /// Identities kept per bucket zset.
     keep_top: usize,
+    /// Identities read per bucket zset.
+    read_top: usize,
 }
 
 impl std::fmt::Debug for RedisSink {
@@ -149,6 +156,7 @@ impl RedisSink {
             target,
             conn: OnceCell::new(),
             keep_top: top_keys.max(1) * 4,
+            read_top: top_keys.max(1),
         }
     }
 
@@ -198,10 +206,11 @@ impl RedisSink {
         // Keep a bucket until its whole span is older than the retention.
         let ttl = (res.keep + res.secs) as i64;
         let mut p = redis::pipe();
-        let parts: [(&str, &[(String, u64)]); 3] = [
+        let parts: [(&str, &[(String, u64)]); 4] = [
             ("c", &flat.counters),
             ("rtt", &flat.rtt),
             ("trips", &flat.trips),
+            ("brk", &flat.breakers),
         ];
         for (part, fields) in parts {
             if fields.is_empty() {
@@ -213,9 +222,12 @@ impl RedisSink {
             }
             p.expire(&key, ttl).ignore();
         }
-        if !flat.top.is_empty() {
-            let key = self.target.key(res, start, "top");
-            for (id, n) in &flat.top {
+        for (part, members) in [("blk", &flat.top), ("hot", &flat.hot)] {
+            if members.is_empty() {
+                continue;
+            }
+            let key = self.target.key(res, start, part);
+            for (id, n) in members {
                 p.zincr(&key, id, *n).ignore();
             }
             // Lowest ranks go first; keep the `keep_top` highest.
@@ -227,8 +239,9 @@ impl RedisSink {
     }
 
     /// Writes one batch: one pipeline per resolution, all within the
-    /// target's timeout. On failure the batch is dropped and counted.
-    pub async fn write(&self, now: u64, flat: &Flat) {
+    /// target's timeout. On failure the batch is dropped and counted, and
+    /// the error returned.
+    pub async fn write(&self, now: u64, flat: &Flat) -> Result<(), TelemetryError> {
         let started = Instant::now();
         let work = async {
             let mut conn = self.conn().await?;
@@ -239,7 +252,10 @@ impl RedisSink {
             Ok::<_, TelemetryError>(())
         };
         match tokio::time::timeout(self.target.timeout, work).await {
-            Ok(Ok(())) => record_redis_rtt(&self.shard, RttOp::Telemetry, started.elapsed()),
+            Ok(Ok(())) => {
+                record_redis_rtt(&self.shard, RttOp::Telemetry, started.elapsed());
+                Ok(())
+            }
             Ok(Err(e)) => {
                 let reason = if e.is_timeout() {
                     DropReason::Timeout
@@ -248,57 +264,90 @@ impl RedisSink {
                 };
                 tracing::debug!(error = %e, events = flat.events, "fleet view flush dropped");
                 record_dropped(reason, flat.events);
+                Err(e)
             }
             Err(_) => {
                 tracing::debug!(events = flat.events, "fleet view flush timed out");
                 record_dropped(DropReason::Timeout, flat.events);
+                Err(TelemetryError::Timeout)
             }
         }
     }
 
-    /// Reads the buckets of `starts` at resolution `res`.
+    /// Reads the buckets of `starts` at resolution `res`. The newest
+    /// bucket must answer within `first_answer`, the whole read within four
+    /// times the target's timeout: a Redis that does not answer is known
+    /// quickly, while a long range on a live Redis may take longer.
     pub async fn read(
         &self,
         res: Resolution,
         starts: &[u64],
+        first_answer: Duration,
     ) -> Result<Vec<(u64, Flat)>, TelemetryError> {
+        let Some((&newest, older)) = starts.split_last() else {
+            return Ok(Vec::new());
+        };
+        let first = tokio::time::timeout(first_answer, async {
+            let mut conn = self.conn().await?;
+            self.read_bucket(&mut conn, res, newest).await
+        })
+        .await
+        .map_err(|_| TelemetryError::Timeout)??;
         let conn = self.conn().await?;
-        let work = futures_util::stream::iter(starts.iter().copied())
+        let work = futures_util::stream::iter(older.iter().copied())
             .map(|start| {
                 let mut conn = conn.clone();
-                async move {
-                    let mut p = redis::pipe();
-                    p.hgetall(self.target.key(res, start, "c"))
-                        .zrevrange_withscores(self.target.key(res, start, "top"), 0, -1)
-                        .hgetall(self.target.key(res, start, "rtt"))
-                        .hgetall(self.target.key(res, start, "trips"));
-                    type Row = (
-                        HashMap<String, u64>,
-                        Vec<(String, f64)>,
-                        HashMap<String, u64>,
-                        HashMap<String, u64>,
-                    );
-                    let (c, top, rtt, trips): Row = conn.query(&p).await?;
-                    Ok::<_, TelemetryError>((
-                        start,
-                        Flat {
-                            counters: c.into_iter().collect(),
-                            top: top
-                                .into_iter()
-                                .map(|(k, s)| (k, s.max(0.0) as u64))
-                                .collect(),
-                            rtt: rtt.into_iter().collect(),
-                            trips: trips.into_iter().collect(),
-                            events: 0,
-                        },
-                    ))
-                }
+                async move { self.read_bucket(&mut conn, res, start).await }
             })
             .buffer_unordered(16)
             .collect::<Vec<_>>();
         let rows = tokio::time::timeout(self.target.timeout * 4, work)
             .await
             .map_err(|_| TelemetryError::Timeout)?;
-        rows.into_iter().collect()
+        let mut out: Vec<(u64, Flat)> = rows.into_iter().collect::<Result<_, _>>()?;
+        out.push(first);
+        Ok(out)
+    }
+
+    /// One bucket: its hashes whole (bounded by the policy's labels) and the
+    /// `read_top` highest members of each zset.
+    async fn read_bucket(
+        &self,
+        conn: &mut Conn,
+        res: Resolution,
+        start: u64,
+    ) -> Result<(u64, Flat), TelemetryError> {
+        let last = self.read_top as isize - 1;
+        let mut p = redis::pipe();
+        p.hgetall(self.target.key(res, start, "c"))
+            .zrevrange_withscores(self.target.key(res, start, "blk"), 0, last)
+            .zrevrange_withscores(self.target.key(res, start, "hot"), 0, last)
+            .hgetall(self.target.key(res, start, "rtt"))
+            .hgetall(self.target.key(res, start, "trips"))
+            .hgetall(self.target.key(res, start, "brk"));
+        type Row = (
+            HashMap<String, u64>,
+            Vec<(String, f64)>,
+            Vec<(String, f64)>,
+            HashMap<String, u64>,
+            HashMap<String, u64>,
+            HashMap<String, u64>,
+        );
+        let (c, top, hot, rtt, trips, brk): Row = conn.query(&p).await?;
+        let scores = |v: Vec<(String, f64)>| -> Vec<(String, u64)> {
+            v.into_iter().map(|(k, s)| (k, s.max(0.0) as u64)).collect()
+        };
+        Ok((
+            start,
+            Flat {
+                counters: c.into_iter().collect(),
+                top: scores(top),
+                hot: scores(hot),
+                rtt: rtt.into_iter().collect(),
+                trips: trips.into_iter().collect(),
+                breakers: brk.into_iter().collect(),
+                events: 0,
+            },
+        ))
     }
 }

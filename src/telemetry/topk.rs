@@ -20,6 +20,11 @@
 use ahash::AHashMap;
 
 /// A bounded table of the most frequent identities.
+///
+/// The entries form a binary min-heap on their counts (an index maps each
+/// identity to its slot), so the smallest entry is at the root: a newcomer
+/// replaces it in O(log capacity), and a hit on a heavy identity, a leaf
+/// with a large count, usually moves nothing.
 #[derive(Debug, Clone)]
 pub struct TopK {
     capacity: usize,
@@ -48,29 +53,65 @@ impl TopK {
     pub fn add(&mut self, key: &str, n: u64) {
         if let Some(&i) = self.index.get(key) {
             self.entries[i].count += n;
+            self.sift_down(i);
             return;
         }
         if self.entries.len() < self.capacity {
-            self.index.insert(key.to_owned(), self.entries.len());
+            let i = self.entries.len();
+            self.index.insert(key.to_owned(), i);
             self.entries.push(Entry {
                 key: key.to_owned(),
                 count: n,
             });
+            self.sift_up(i);
             return;
         }
-        // Full: the smallest entry gives its slot and its count to the
-        // newcomer. A linear scan keeps the table a plain Vec; blocked
-        // events are a minority and capacities are small (<= 10 000).
-        let (min_i, _) = self
-            .entries
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, e)| e.count)
-            .unwrap_or((0, &self.entries[0]));
-        let old = std::mem::replace(&mut self.entries[min_i].key, key.to_owned());
+        // Full: the smallest entry (the root) gives its slot and its count
+        // to the newcomer.
+        let old = std::mem::replace(&mut self.entries[0].key, key.to_owned());
         self.index.remove(&old);
-        self.index.insert(key.to_owned(), min_i);
-        self.entries[min_i].count += n;
+        self.index.insert(key.to_owned(), 0);
+        self.entries[0].count += n;
+        self.sift_down(0);
+    }
+
+    fn swap(&mut self, a: usize, b: usize) {
+        self.entries.swap(a, b);
+        for i in [a, b] {
+            if let Some(slot) = self.index.get_mut(self.entries[i].key.as_str()) {
+                *slot = i;
+            }
+        }
+    }
+
+    fn sift_up(&mut self, mut i: usize) {
+        while i > 0 {
+            let parent = (i - 1) / 2;
+            if self.entries[parent].count <= self.entries[i].count {
+                return;
+            }
+            self.swap(parent, i);
+            i = parent;
+        }
+    }
+
+    fn sift_down(&mut self, mut i: usize) {
+        let len = self.entries.len();
+        loop {
+            let (l, r) = (2 * i + 1, 2 * i + 2);
+            let mut smallest = i;
+            if l < len && self.entries[l].count < self.entries[smallest].count {
+                smallest = l;
+            }
+            if r < len && self.entries[r].count < self.entries[smallest].count {
+                smallest = r;
+            }
+            if smallest == i {
+                return;
+            }
+            self.swap(i, smallest);
+            i = smallest;
+        }
     }
 
     /// The identities, highest count first.
@@ -119,6 +160,21 @@ mod tests {
         t.add("a", 1);
         t.add("b", 2);
         assert_eq!(t.top(), vec![("b".to_string(), 2), ("a".to_string(), 1)]);
+    }
+
+    #[test]
+    fn the_index_follows_every_entry_through_the_heap() {
+        let mut t = TopK::new(8);
+        for i in 0..500u64 {
+            t.add(&format!("k{}", (i * 7919) % 23), 1 + i % 3);
+            for (slot, e) in t.entries.iter().enumerate() {
+                assert_eq!(t.index[&e.key], slot);
+                if slot > 0 {
+                    assert!(t.entries[(slot - 1) / 2].count <= e.count);
+                }
+            }
+            assert_eq!(t.index.len(), t.entries.len());
+        }
     }
 
     #[test]

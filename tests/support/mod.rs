@@ -526,3 +526,136 @@ impl Drop for Ratewatch {
         let _ = self.child.wait();
     }
 }
+
+// ---------------------------------------------------------------------------
+// Alert rules, Prometheus queries and headless Chromium, for the drills.
+// ---------------------------------------------------------------------------
+
+/// `dashboards/alerts.yml` of this checkout.
+pub fn alerts_file() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("dashboards/alerts.yml")
+}
+
+/// `(alert name, expr)` of every rule in `alerts.yml` (a line reader: the
+/// file is ours; `expr:` is one line or a `|` block).
+pub fn alert_rules() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(alerts_file()).expect("alerts.yml");
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut alert = String::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i].trim_start();
+        if let Some(name) = line.strip_prefix("- alert:") {
+            alert = name.trim().to_string();
+        } else if let Some(rest) = line.strip_prefix("expr:") {
+            let rest = rest.trim();
+            if rest == "|" || rest == "|-" {
+                let indent = lines[i].len() - line.len();
+                let mut block = Vec::new();
+                while i + 1 < lines.len() {
+                    let next = lines[i + 1];
+                    let next_indent = next.len() - next.trim_start().len();
+                    if !next.trim().is_empty() && next_indent <= indent {
+                        break;
+                    }
+                    block.push(next.trim());
+                    i += 1;
+                }
+                out.push((alert.clone(), block.join("\n")));
+            } else {
+                out.push((alert.clone(), rest.to_string()));
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The expressions of the rules named `alert` (one per severity).
+pub fn alert_expr(alert: &str) -> Vec<String> {
+    let found: Vec<String> = alert_rules()
+        .into_iter()
+        .filter(|(a, _)| a == alert)
+        .map(|(_, e)| e)
+        .collect();
+    assert!(!found.is_empty(), "no alert {alert} in alerts.yml");
+    found
+}
+
+impl Prometheus {
+    /// The result vector of an instant query (`data.result`), panicking
+    /// if Prometheus refuses the expression.
+    pub async fn query(&self, expr: &str) -> Vec<serde_json::Value> {
+        let v: serde_json::Value = reqwest::Client::new()
+            .get(format!("{}/api/v1/query", self.url()))
+            .query(&[("query", expr)])
+            .send()
+            .await
+            .expect("prometheus answers")
+            .json()
+            .await
+            .expect("json");
+        assert_eq!(v["status"], "success", "{expr}: {v}");
+        v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+}
+
+/// The installed Chromium binary.
+pub fn chromium() -> &'static str {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| Command::new(b).arg("--version").output().is_ok())
+        .expect("chromium is not installed: `apt-get install chromium` (or run .ci/test.sh)")
+}
+
+fn chromium_command(virtual_ms: u64) -> (Command, tempfile::TempDir) {
+    let profile = tempfile::tempdir().expect("temp dir");
+    let mut cmd = Command::new(chromium());
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--hide-scrollbars",
+        "--enable-logging=stderr",
+        "--v=0",
+    ])
+    .arg(format!("--virtual-time-budget={virtual_ms}"))
+    .arg(format!("--user-data-dir={}", profile.path().display()));
+    (cmd, profile)
+}
+
+/// The DOM of `url` after its scripts ran for `virtual_ms` of virtual
+/// time, and what the page logged.
+pub fn dump_dom(url: &str, virtual_ms: u64) -> (String, String) {
+    let (mut cmd, _profile) = chromium_command(virtual_ms);
+    let out = cmd
+        .arg("--dump-dom")
+        .arg(url)
+        .output()
+        .expect("run chromium");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A `width`x`height` PNG of `url` after its scripts ran.
+pub fn screenshot(url: &str, file: &Path, width: u32, height: u32) {
+    let (mut cmd, _profile) = chromium_command(3_000);
+    let out = cmd
+        .arg(format!("--screenshot={}", file.display()))
+        .arg(format!("--window-size={width},{height}"))
+        .arg(url)
+        .output()
+        .expect("run chromium");
+    assert!(
+        file.is_file(),
+        "chromium took no screenshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
