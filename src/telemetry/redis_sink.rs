@@ -44,8 +44,9 @@ pub struct RedisTarget {
     pub key_prefix: String,
     /// Budget of one flush (and of one read); past it the flush is dropped.
     pub timeout: Duration,
-    /// What a `rediss://` connection trusts and presents (`store.tls_*`).
-    pub tls: crate::policy::TlsFiles,
+    /// What a `rediss://` connection trusts and presents (`store.tls_*`);
+    /// shared, so the sink stays small.
+    pub tls: std::sync::Arc<crate::policy::TlsFiles>,
 }
 
 /// One Redis node or a cluster's seed nodes.
@@ -80,7 +81,7 @@ impl RedisTarget {
 
     /// Trusts (and presents) the TLS files of the store's settings.
     pub fn with_tls(mut self, tls: crate::policy::TlsFiles) -> Self {
-        self.tls = tls;
+        self.tls = std::sync::Arc::new(tls);
         self
     }
 
