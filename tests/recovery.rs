@@ -102,6 +102,7 @@ async fn a_restarted_redis_decides_exactly_within_one_cooldown_and_no_request_is
         took <= OPEN + SLACK,
         "closed {took:?} after Redis was back: more than one cooldown ({OPEN:?}) plus slack"
     );
+    eprintln!("breaker closed {took:?} after Redis was back (open_ms {OPEN:?})");
     assert!(
         redis.command_calls("script|load") >= 1,
         "the probe reloaded the script the restart lost"
@@ -171,6 +172,7 @@ async fn request_futures_dropped_mid_flight_never_hold_the_breaker_half_open() {
     })
     .await;
     assert!(took <= OPEN + SLACK, "closed {took:?} after Redis was back");
+    eprintln!("longest half-open {longest_half_open:?}; closed {took:?} after Redis was back");
     let d = limiter.check(&caller("free_after"), "free", None).await;
     assert!(
         exact(&d),
@@ -282,6 +284,9 @@ limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 1000, refill
     assert!(
         longest_half_open < OPEN * 7 / 10,
         "the breaker stayed half-open {longest_half_open:?}: a vanished client held the probe"
+    );
+    eprintln!(
+        "real server: longest half-open {longest_half_open:?} with clients vanishing every 10 ms"
     );
     let back = Instant::now();
     loop {
