@@ -90,7 +90,6 @@ impl Drop for Sentinel {
             let _ = c.kill();
             let _ = c.wait();
         }
-        let _ = &self.dir;
     }
 }
 
