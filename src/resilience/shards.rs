@@ -81,9 +81,10 @@ impl ShardBreakers {
         store: Arc<dyn Store>,
         decision_timeout: Duration,
     ) -> Self {
-        let prober = store
-            .probes()
-            .then(|| (store, probe_budget(decision_timeout)));
+        // A probe never outlives the cooldown, or a request would take it
+        // for lost and probe in its place.
+        let budget = probe_budget(decision_timeout).min(settings.open.max(decision_timeout));
+        let prober = store.probes().then(|| (store, budget));
         Self::build(settings, clock, prober)
     }
 
