@@ -84,7 +84,7 @@ impl ShardBreakers {
         // A probe never outlives the cooldown, or a request would take it
         // for lost and probe in its place.
         let budget = probe_budget(decision_timeout).min(settings.open.max(decision_timeout));
-        let prober = store.probes().then(|| (store, budget));
+        let prober = store.probes().then_some((store, budget));
         Self::build(settings, clock, prober)
     }
 
