@@ -231,9 +231,9 @@ impl ClusterStore {
         let first = script::eval(&mut conn, script, cmd, &self.reloads, shard).await;
         let result = match first {
             // While it repairs a lost node's connection, the cluster client
-            // may hand a command for a healthy slot to another node's dead
-            // socket. A refused connection or a write into a closed socket
-            // delivered nothing, so sending once more cannot charge twice.
+            // may hand a command for a healthy slot to another node, dead or
+            // alive. A command that never ran cannot have charged anything,
+            // so sending it once more cannot charge twice.
             Err(e) if never_delivered(&e) => {
                 script::eval(&mut conn, script, cmd, &self.reloads, shard).await
             }
@@ -349,13 +349,22 @@ impl ClusterStore {
     }
 }
 
-/// Whether `e` says the command never reached a server: the connection
-/// was refused or not there, or the client found the connection already
-/// closed when it came to write (redis-rs reports that as a bare broken
-/// pipe; its io error is not reachable through `source`, hence the text).
+/// Whether `e` says the command never ran: the connection was refused or
+/// not there, the client found it already closed when it came to write
+/// (redis-rs reports that as a bare broken pipe; its io error is not
+/// reachable through `source`, hence the text), or a node refused it
+/// without running it (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`,
+/// `MASTERDOWN`), as happens while the client repairs its view of a lost
+/// node and sends a command to the wrong one.
 fn never_delivered(e: &redis::RedisError) -> bool {
-    e.kind() == redis::ErrorKind::ClusterConnectionNotFound
-        || e.is_connection_refusal()
+    use redis::ServerErrorKind as S;
+    matches!(
+        e.kind(),
+        redis::ErrorKind::ClusterConnectionNotFound
+            | redis::ErrorKind::Server(
+                S::Moved | S::Ask | S::TryAgain | S::ClusterDown | S::MasterDown
+            )
+    ) || e.is_connection_refusal()
         || (e.is_io_error() && e.to_string().to_ascii_lowercase().contains("broken pipe"))
 }
 
