@@ -8,15 +8,19 @@
 -- now       µs since epoch; cost = units requested (0 peeks)
 -- decide    returns a step: allowed, remaining (units), reset_us,
 --           retry_us, delay_us (always 0), ttl_us = until the window ends
+--           (a stored window later than `now` stays current)
 -- refund    decrements count by `cost` if the window is still the same
 
 ALG.fixed_window = { type = 'hash' }
 
+-- A stored window that starts after `now` (the clock stepped back) is still
+-- the current one, with its count: time never runs a window backwards.
 function ALG.fixed_window.decide(key, limit, window, _, now, cost)
   local start = now - imod(now, window)
   local count = 0
   local stored = redis.call('HMGET', key, 'start', 'count')
-  if stored[1] and stored[2] and tonumber(stored[1]) == start then
+  if stored[1] and stored[2] and tonumber(stored[1]) >= start then
+    start = tonumber(stored[1])
     count = tonumber(stored[2])
   end
   local reset = start + window - now

@@ -11,7 +11,7 @@
 -- now       µs since epoch; cost = units requested (0 peeks)
 -- decide    reads only (ZCOUNT, ZRANGEBYSCORE); returns a step: allowed,
 --           remaining (units), reset_us, retry_us, delay_us (always 0),
---           ttl_us = one window
+--           ttl_us = one window past the newest entry (or `now`)
 -- write     drops entries that left the window, adds `cost` members and
 --           returns them, so a refund can remove exactly those
 -- refund    ZREM of the members the decision added
@@ -34,15 +34,24 @@ end
 function ALG.sliding_log.decide(key, limit, window, _, now, cost)
   local horizon = sat_sub(now, window)
   local count = redis.call('ZCOUNT', key, '(' .. fmt(horizon), '+inf')
+  -- Entries later than `now` (the clock stepped back) still count, and the
+  -- key lives until the newest of them leaves the window.
+  local newest = now
+  if count > 0 then newest = math.max(now, sl_score_at(key, horizon, 0, true)) end
+  local ttl = newest + window - now
   if count + cost <= limit then
     local reset = 0
     if count + cost > 0 then
       local oldest = now
-      if count > 0 then oldest = sl_score_at(key, horizon, 0, false) end
+      if count > 0 then
+        oldest = sl_score_at(key, horizon, 0, false)
+        -- After a step back the new entries may be the oldest.
+        if cost > 0 then oldest = math.min(oldest, now) end
+      end
       reset = oldest + window - now
     end
     return { allowed = true, remaining = limit - count - cost, reset = reset,
-             retry = 0, delay = 0, ttl = window, horizon = horizon,
+             retry = 0, delay = 0, ttl = ttl, horizon = horizon,
              cost = cost, now = now }
   end
   -- The request passes once `count + cost - limit` of the oldest entries
@@ -54,7 +63,7 @@ function ALG.sliding_log.decide(key, limit, window, _, now, cost)
   local reset = 0
   if count > 0 then reset = sl_score_at(key, horizon, 0, true) + window - now end
   return { allowed = false, remaining = sat_sub(limit, count), reset = reset,
-           retry = math.max(retry, 1), delay = 0, ttl = window }
+           retry = math.max(retry, 1), delay = 0, ttl = ttl }
 end
 
 function ALG.sliding_log.write(key, step)

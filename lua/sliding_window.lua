@@ -41,7 +41,7 @@ local function sw_retry_after(limit, window, start, prev, curr, now, cost)
     return nil
   end
   local at
-  local e = first_fit(prev, curr, now - start)
+  local e = first_fit(prev, curr, sat_sub(now, start))
   if e then
     at = start + e
   else
@@ -63,13 +63,17 @@ function ALG.sliding_window.decide(key, limit, window, _, now, cost)
   local stored = redis.call('HMGET', key, 'start', 'count', 'prev')
   if stored[1] and stored[2] and stored[3] then
     local s = tonumber(stored[1])
-    if s == start then
+    -- A stored window later than `now` (the clock stepped back) stays
+    -- current: time never runs a window backwards.
+    if s >= start then
+      start = s
       curr, prev = tonumber(stored[2]), tonumber(stored[3])
     elseif s + window == start then
       curr, prev = 0, tonumber(stored[2])
     end
   end
-  local elapsed = now - start
+  -- Before a later stored window starts, its previous one weighs fully.
+  local elapsed = sat_sub(now, start)
   local est = sw_estimate(prev, curr, window, elapsed)
   local limit_f = limit
   if est + cost <= limit_f then

@@ -37,20 +37,24 @@ function ALG.token_bucket.decide(key, capacity, refill_per_second, _, now, cost)
   end
   local tokens = tb_refill(cap, per_us, stored_tokens, stored_last, now)
   local last = math.max(stored_last, now)
+  -- Behind a refill time later than `now` (the clock stepped back) the
+  -- bucket refills only from then on: the time to full and the TTL count
+  -- from there.
+  local lag = last - now
   local need = cost
   if tokens >= need then
     local left = tokens - need
-    local reset = ceil_us((cap - left) / per_us)
+    local reset = lag + ceil_us((cap - left) / per_us)
     return { allowed = true, remaining = left, reset = reset, retry = 0,
              delay = 0, ttl = reset, tokens = left, last = last }
   end
-  local reset = ceil_us((cap - tokens) / per_us)
+  local reset = lag + ceil_us((cap - tokens) / per_us)
   -- The closed form, corrected by at most a few microseconds so the request
   -- passes at exactly now + retry and not a microsecond earlier.
   local function passes(wait)
     return tb_refill(cap, per_us, stored_tokens, stored_last, now + wait) >= need
   end
-  local retry = (last - now) + math.max(ceil_us((need - tokens) / per_us), 1)
+  local retry = lag + math.max(ceil_us((need - tokens) / per_us), 1)
   for _ = 1, 4 do
     if not passes(retry) then
       retry = retry + 1

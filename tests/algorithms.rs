@@ -21,6 +21,8 @@ const T0: u64 = 1_700_000_000_000_000;
 /// One decision of a run: when, what it cost, the state it saw, the answer.
 struct Record {
     now: u64,
+    /// The latest `now` of the run so far (a clock that never stepped back).
+    high: u64,
     cost: u64,
     prior: Option<State>,
     step: Step,
@@ -30,11 +32,21 @@ struct Record {
 /// `start`, keeping the state the way a store does: written only when the
 /// step admits. Checks on every step that a blocked step writes nothing.
 fn run(alg: &Algorithm, start: u64, arrivals: &[(u64, u64)]) -> Vec<Record> {
+    let signed: Vec<(i64, u64)> = arrivals.iter().map(|&(g, c)| (g as i64, c)).collect();
+    run_signed(alg, start, &signed)
+}
+
+/// [`run`] with gaps that may be negative: the clock steps back.
+fn run_signed(alg: &Algorithm, start: u64, arrivals: &[(i64, u64)]) -> Vec<Record> {
     let mut state: Option<State> = None;
     let mut now = start;
+    let mut high = start;
     let mut out = Vec::with_capacity(arrivals.len());
     for &(gap, cost) in arrivals {
-        now += gap;
+        now = now
+            .checked_add_signed(gap)
+            .expect("time stays after the epoch");
+        high = high.max(now);
         let step = alg.decide(state.as_ref(), now, cost);
         assert_eq!(
             step.verdict.allowed,
@@ -47,6 +59,7 @@ fn run(alg: &Algorithm, start: u64, arrivals: &[(u64, u64)]) -> Vec<Record> {
         }
         out.push(Record {
             now,
+            high,
             cost,
             prior,
             step,
@@ -149,8 +162,21 @@ fn check_common(alg: &Algorithm, records: &[Record]) {
         // A peek admits (a shaper excepted, when the queue ahead is already
         // longer than it may delay) and sees the quota before the charge.
         let peek = alg.decide(r.prior.as_ref(), r.now, 0);
-        let shaper_full = matches!(alg, Algorithm::LeakyBucket { max_delay_us, .. } if *max_delay_us > 0)
-            && !peek.verdict.allowed;
+        // A shaper whose queue ahead is longer than its delay blocks even a
+        // peek. So may, after the clock stepped back, a meter behind its TAT
+        // or a sliding window counter before its stored window starts (its
+        // previous window still weighs fully): they are over quota until
+        // the clock catches up.
+        let shaper =
+            matches!(alg, Algorithm::LeakyBucket { max_delay_us, .. } if *max_delay_us > 0);
+        let behind = r.now < r.high
+            && matches!(
+                alg,
+                Algorithm::Gcra { .. }
+                    | Algorithm::LeakyBucket { .. }
+                    | Algorithm::SlidingWindow { .. }
+            );
+        let shaper_full = (shaper || behind) && !peek.verdict.allowed;
         if !shaper_full {
             assert!(peek.verdict.allowed, "{alg:?}: a peek at {} blocked", r.now);
             if v.allowed {
@@ -186,20 +212,22 @@ fn check_common(alg: &Algorithm, records: &[Record]) {
         }
     }
 
-    // After idling for the declared recovery time, a full quota passes.
+    // After idling for the declared recovery time, a full quota passes
+    // (counted from the latest time seen: a clock that stepped back must
+    // first catch up with what the state remembers).
     if let Some(last) = records.last() {
         let state = if last.step.verdict.allowed {
             last.step.state.as_ref()
         } else {
             last.prior.as_ref()
         };
-        let at = last.now + full_recovery_us(alg);
+        let at = last.high + full_recovery_us(alg);
         let full = alg.decide(state, at, alg.quota());
         assert!(
             full.verdict.allowed,
             "{alg:?}: a full quota is not back {} µs after {}",
             full_recovery_us(alg),
-            last.now
+            last.high
         );
     }
 }
@@ -515,4 +543,301 @@ fn a_shaper_delays_a_second_request_by_one_interval_instead_of_rejecting_it() {
         "a 300 ms wait exceeds the 250 ms bound"
     );
     assert_eq!(fourth.verdict.retry_after_us, 50_000);
+}
+
+/// Gaps that are sometimes negative: the clock steps back by up to three
+/// times `scale` (an NTP step, a failover to a Redis whose clock is behind).
+fn signed_gaps(scale: u64) -> impl Strategy<Value = i64> {
+    let scale = scale.max(1);
+    prop_oneof![
+        3 => gaps(scale).prop_map(|g| g as i64),
+        1 => (1..=3 * scale).prop_map(|g| -(g as i64)),
+    ]
+}
+
+/// Any of the six algorithms, quotas from 1 to 10.
+fn any_algorithm() -> impl Strategy<Value = Algorithm> {
+    let quota = 1..=10u64;
+    prop_oneof![
+        (quota.clone(), centi_rate()).prop_map(|(capacity, c)| Algorithm::TokenBucket {
+            capacity,
+            refill_per_second: c as f64 / 100.0
+        }),
+        (quota.clone(), window_us())
+            .prop_map(|(limit, window_us)| Algorithm::SlidingWindow { limit, window_us }),
+        (quota.clone(), window_us())
+            .prop_map(|(limit, window_us)| Algorithm::SlidingLog { limit, window_us }),
+        (quota.clone(), window_us())
+            .prop_map(|(limit, window_us)| Algorithm::FixedWindow { limit, window_us }),
+        (quota.clone(), centi_rate()).prop_map(|(burst, c)| Algorithm::Gcra {
+            rate_per_second: c as f64 / 100.0,
+            burst
+        }),
+        (quota, centi_rate(), 0..=200u64).prop_map(|(capacity, c, share)| {
+            let rate = c as f64 / 100.0;
+            Algorithm::LeakyBucket {
+                rate_per_second: rate,
+                capacity,
+                max_delay_us: capacity * interval_us(rate) * share / 100,
+            }
+        }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 384,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "proptest-regressions/algorithms.txt",
+        ))),
+        ..ProptestConfig::default()
+    })]
+
+    /// Whatever the algorithm, a clock that steps back decides no more
+    /// generously than a clock that stood still at the latest time seen:
+    /// a step back never hands a quota out again. Retry times stay exact,
+    /// TTLs still cover the state and a full quota is back one recovery
+    /// time after the latest time seen.
+    #[test]
+    fn a_clock_that_steps_back_admits_no_more_than_a_clock_that_stood_still(
+        alg in any_algorithm(),
+        offset in 0..10 * SEC,
+        seq in prop::collection::vec((signed_gaps(4 * SEC), 1..=10u64), 1..48),
+    ) {
+        let quota = alg.quota();
+        let seq: Vec<_> = seq.into_iter().map(|(g, c)| (g, c.min(quota))).collect();
+        // Far enough from the epoch for every step back.
+        let records = run_signed(&alg, T0 + offset, &seq);
+        for r in &records {
+            let stood_still = alg.decide(r.prior.as_ref(), r.high, r.cost).verdict;
+            let v = r.step.verdict;
+            prop_assert!(
+                !v.allowed || stood_still.allowed,
+                "{:?}: admitted at {} after the clock had reached {}, blocked at {}",
+                alg, r.now, r.high, r.high
+            );
+            let (seen, seen_still) = (
+                alg.decide(r.prior.as_ref(), r.now, 0).verdict.remaining,
+                alg.decide(r.prior.as_ref(), r.high, 0).verdict.remaining,
+            );
+            prop_assert!(
+                seen <= seen_still + 1e-9,
+                "{:?}: a peek saw {} left at {} but {} at the latest time {}",
+                alg, seen, r.now, seen_still, r.high
+            );
+        }
+        check_models_with_steps_back(&alg, &records)?;
+        if let Algorithm::FixedWindow { limit, .. } = alg {
+            // Windows are only ever written forwards, never over quota.
+            let mut per_window: HashMap<u64, u64> = HashMap::new();
+            let mut latest = 0;
+            for r in records.iter().filter(|r| r.step.verdict.allowed) {
+                let Some(State::Window { start_us, .. }) = r.step.state else {
+                    panic!("a fixed window writes a window");
+                };
+                prop_assert!(start_us >= latest, "window {} written after {}", start_us, latest);
+                latest = start_us;
+                *per_window.entry(start_us).or_default() += r.cost;
+            }
+            prop_assert!(per_window.values().all(|&n| n <= limit), "{:?}", per_window);
+        }
+        check_common(&alg, &records);
+    }
+}
+
+/// The reference models, written for a clock that may step back: each
+/// keeps what the algorithm's state means in absolute time (tokens as of
+/// the latest refill, the TAT, the admissions, the latest window) and must
+/// agree with every verdict.
+fn check_models_with_steps_back(alg: &Algorithm, records: &[Record]) -> Result<(), TestCaseError> {
+    match *alg {
+        Algorithm::TokenBucket {
+            capacity,
+            refill_per_second,
+        } => {
+            // Tokens in units of 1e-8, gaining `centi` units per µs from
+            // the latest refill written, never for time before it. Only an
+            // admission writes.
+            const UNIT: i128 = 100_000_000;
+            let centi = (refill_per_second * 100.0).round() as i128;
+            let cap = capacity as i128 * UNIT;
+            let (mut stored, mut last) = (cap, records[0].now);
+            for r in records {
+                let mut tokens = if r.now > last {
+                    cap.min(stored + (r.now - last) as i128 * centi)
+                } else {
+                    stored
+                };
+                let need = r.cost as i128 * UNIT;
+                let v = r.step.verdict;
+                if v.allowed {
+                    prop_assert!(tokens + 1 >= need, "admitted with {} < {}", tokens, need);
+                    tokens = (tokens - need).max(0);
+                    stored = tokens;
+                    last = last.max(r.now);
+                } else {
+                    prop_assert!(tokens < need + 1, "blocked with {} >= {}", tokens, need);
+                }
+                prop_assert!((v.remaining * UNIT as f64 - tokens as f64).abs() <= 2.0);
+            }
+        }
+        Algorithm::Gcra {
+            rate_per_second,
+            burst,
+        } => check_meter(interval_us(rate_per_second), burst, 0, records)?,
+        Algorithm::LeakyBucket {
+            rate_per_second,
+            capacity,
+            max_delay_us,
+        } => check_meter(
+            interval_us(rate_per_second),
+            capacity,
+            max_delay_us,
+            records,
+        )?,
+        Algorithm::SlidingLog { limit, window_us } => {
+            // Every admission counts while it is less than a window old,
+            // and one logged after `now` counts too.
+            let mut log: Vec<(u64, u64)> = Vec::new();
+            for r in records {
+                let in_window: u64 = log
+                    .iter()
+                    .filter(|&&(t, _)| t + window_us > r.now)
+                    .map(|&(_, c)| c)
+                    .sum();
+                let fits = in_window + r.cost <= limit;
+                prop_assert_eq!(
+                    r.step.verdict.allowed,
+                    fits,
+                    "{} in window at {}",
+                    in_window,
+                    r.now
+                );
+                if fits {
+                    log.retain(|&(t, _)| t + window_us > r.now);
+                    log.push((r.now, r.cost));
+                }
+            }
+        }
+        Algorithm::FixedWindow { limit, window_us } => {
+            // The current window is the later of the clock's and the one
+            // last written.
+            let mut written: Option<(u64, u64)> = None;
+            for r in records {
+                let aligned = r.now - r.now % window_us;
+                let (start, count) = match written {
+                    Some((start, count)) if start >= aligned => (start, count),
+                    _ => (aligned, 0),
+                };
+                let fits = count + r.cost <= limit;
+                prop_assert_eq!(
+                    r.step.verdict.allowed,
+                    fits,
+                    "{} in window {} at {}",
+                    count,
+                    start,
+                    r.now
+                );
+                if fits {
+                    written = Some((start, count + r.cost));
+                }
+            }
+        }
+        // Checked against the clock that stood still and the common
+        // properties only.
+        Algorithm::SlidingWindow { .. } => {}
+    }
+    Ok(())
+}
+
+/// GCRA and the leaky bucket: the absolute time the queue drains, which a
+/// clock stepping back cannot move, so the queue ahead only grows.
+fn check_meter(
+    interval: u64,
+    burst: u64,
+    max_delay: u64,
+    records: &[Record],
+) -> Result<(), TestCaseError> {
+    let mut tat = 0u64;
+    for r in records {
+        let drains = tat.max(r.now);
+        let queued = drains - r.now;
+        let fits = queued + r.cost * interval <= burst * interval
+            && (max_delay == 0 || queued <= max_delay);
+        prop_assert_eq!(
+            r.step.verdict.allowed,
+            fits,
+            "queue {} at {}",
+            queued,
+            r.now
+        );
+        if fits {
+            tat = drains + r.cost * interval;
+        }
+    }
+    Ok(())
+}
+
+/// Every algorithm with a quota of 3 and 10 s to get it back.
+fn quota_of_three_per_ten_seconds() -> [Algorithm; 6] {
+    let window_us = 10 * SEC;
+    [
+        Algorithm::TokenBucket {
+            capacity: 3,
+            refill_per_second: 0.3,
+        },
+        Algorithm::SlidingWindow {
+            limit: 3,
+            window_us,
+        },
+        Algorithm::SlidingLog {
+            limit: 3,
+            window_us,
+        },
+        Algorithm::FixedWindow {
+            limit: 3,
+            window_us,
+        },
+        Algorithm::Gcra {
+            rate_per_second: 0.3,
+            burst: 3,
+        },
+        Algorithm::LeakyBucket {
+            rate_per_second: 0.3,
+            capacity: 3,
+            max_delay_us: 0,
+        },
+    ]
+}
+
+#[test]
+fn a_clock_stepped_back_thirty_seconds_hands_out_no_quota_again() {
+    // Aligned so the step back crosses three fixed windows.
+    let t = T0 - T0 % (10 * SEC) + 9 * SEC;
+    for alg in quota_of_three_per_ten_seconds() {
+        let mut state = None;
+        for _ in 0..3 {
+            let step = alg.decide(state.as_ref(), t, 1);
+            assert!(step.verdict.allowed, "{alg:?}");
+            state = step.state;
+        }
+        // The clock steps back 30 s and walks forward to where it was,
+        // one request per 100 ms: 300 tries at three stale windows.
+        let mut admitted = 0;
+        for k in 0..300 {
+            let now = t - 30 * SEC + k * SEC / 10;
+            let step = alg.decide(state.as_ref(), now, 1);
+            if step.verdict.allowed {
+                admitted += 1;
+                state = step.state;
+            } else {
+                assert!(
+                    now + step.verdict.retry_after_us >= t,
+                    "{alg:?}: told to retry at {} before the quota's own time {t}",
+                    now + step.verdict.retry_after_us
+                );
+            }
+        }
+        assert_eq!(admitted, 0, "{alg:?}: a step back handed out quota again");
+    }
 }

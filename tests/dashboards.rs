@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The metrics ratewatch exports (DESIGN.md, "Telemetry").
-const METRICS: [&str; 9] = [
+const METRICS: [&str; 10] = [
     "ratewatch_decisions_total",
     "ratewatch_limit_exceeded_total",
     "ratewatch_fallbacks_total",
@@ -21,6 +21,7 @@ const METRICS: [&str; 9] = [
     "ratewatch_breaker_state",
     "ratewatch_breaker_trips_total",
     "ratewatch_script_reloads_total",
+    "ratewatch_store_evictions_total",
     "ratewatch_telemetry_dropped_total",
     "ratewatch_build_info",
 ];
@@ -808,6 +809,13 @@ fn exposition(t: f64) -> String {
         "counter",
         "Scripts reloaded after NOSCRIPT.",
         &[(r#"shard="127.0.0.1:6379""#, (t / 2.0).floor())],
+    );
+    family(
+        &mut s,
+        "ratewatch_store_evictions_total",
+        "counter",
+        "Memory-store entries evicted at max_entries.",
+        &[(r#"shard="127.0.0.1:6380""#, 5.0 * t)],
     );
     family(
         &mut s,

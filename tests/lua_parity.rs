@@ -1,6 +1,7 @@
 //! The Lua scripts repeat the Rust algorithms exactly: random arrival
 //! sequences at explicit times give the same verdicts, bit for bit, through
-//! `Algorithm::decide` and through Redis.
+//! `Algorithm::decide` and through Redis, also when the explicit clock steps
+//! back (then the TTLs Redis sets are compared too).
 
 mod support;
 
@@ -58,25 +59,36 @@ fn scale_of(algorithm: &Algorithm) -> u64 {
     algorithm.window_secs() * 1_000_000 / algorithm.quota().max(1) + 1
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn random_arrivals_get_identical_verdicts_in_rust_and_in_lua() {
-    let server = RedisServer::start();
-    let store = RedisStore::connect(&StoreSettings {
+async fn connect(server: &RedisServer) -> RedisStore {
+    RedisStore::connect(&StoreSettings {
         url: Some(server.url()),
         timeout: Duration::from_secs(2),
         ..StoreSettings::default()
     })
     .await
-    .expect("connect");
-    let mut rng = StdRng::seed_from_u64(0x5eed_2026);
+    .expect("connect")
+}
+
+/// Runs 6 × 12 random configurations of 120 steps each through Rust and
+/// through Redis and compares every verdict bit for bit. With `steps_back`,
+/// one gap in five is negative (up to three windows): the clock steps back.
+/// Redis expires keys on its own clock, which the explicit clock no longer
+/// follows then; so each written key's TTL is compared with the step's and
+/// then removed (`PERSIST`), and both sides keep their state for good.
+async fn compare(server: &RedisServer, seed: u64, steps_back: bool) -> usize {
+    let store = connect(server).await;
+    let mut conn = redis::Client::open(server.url())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let mut rng = StdRng::seed_from_u64(seed);
     let mut compared = 0;
     for kind in 0..6 {
         for config in 0..12 {
             let algorithm = random_algorithm(&mut rng, kind);
-            let item = Item::new(
-                format!("rw:{{parity:{kind}-{config}}}:{}", algorithm.kind()),
-                algorithm.clone(),
-            );
+            let key = format!("rw:{{parity:{seed}:{kind}-{config}}}:{}", algorithm.kind());
+            let item = Item::new(key.clone(), algorithm.clone());
             let items = [item];
             let mut state: Option<State> = None;
             // Explicit time runs ahead of real time by the random gaps, so
@@ -84,18 +96,23 @@ async fn random_arrivals_get_identical_verdicts_in_rust_and_in_lua() {
             // its TTL (past it, old state decides exactly like a fresh key).
             let base = SystemClock.now_us();
             let real = std::time::Instant::now();
-            let mut offset = 0;
+            let mut offset: i64 = 0;
             let scale = scale_of(&algorithm);
             let mut last_retry = 0;
             for step in 0..120 {
                 // Often come back exactly when told to (or a microsecond
                 // early): the retry arithmetic is where rounding hides.
-                offset += match (last_retry, rng.random_range(0..3)) {
+                let gap = match (last_retry, rng.random_range(0..3)) {
                     (0, _) | (_, 2) => random_gap(&mut rng, scale),
                     (r, 0) => r,
                     (r, _) => r - 1,
+                } as i64;
+                offset += if steps_back && rng.random_range(0..5) == 0 {
+                    -(rng.random_range(1..=3 * scale) as i64)
+                } else {
+                    gap
                 };
-                let now = base + offset + real.elapsed().as_micros() as u64;
+                let now = (base as i64 + offset + real.elapsed().as_micros() as i64) as u64;
                 let peek = rng.random_range(0..8) == 0;
                 let cost = if peek {
                     0
@@ -123,13 +140,52 @@ async fn random_arrivals_get_identical_verdicts_in_rust_and_in_lua() {
                 assert_eq!(want.retry_after_us, have.retry_after_us, "retry: {context}");
                 assert_eq!(want.delay_us, have.delay_us, "delay: {context}");
                 assert_eq!(got.now, now, "the script decides at the explicit time");
-                if want.allowed && !peek {
+                let written = want.allowed && !peek;
+                if written {
                     state = expected.state;
+                }
+                if steps_back && written {
+                    let pttl: i64 = redis::cmd("PTTL")
+                        .arg(&key)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("pttl");
+                    let ttl_ms = expected.ttl_us.div_ceil(1000).max(1) as i64;
+                    // Real time passed since the write: a generous second.
+                    // A key whose TTL was a few milliseconds (a fixed window
+                    // written just before its end) may be gone already.
+                    assert!(
+                        pttl <= ttl_ms && (pttl > ttl_ms - 1000 || (pttl == -2 && ttl_ms < 1000)),
+                        "ttl {pttl} ms in Redis, {ttl_ms} ms in Rust: {context}"
+                    );
+                    let persisted: i64 = redis::cmd("PERSIST")
+                        .arg(&key)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("persist");
+                    if persisted == 0 {
+                        // Expired before it could be kept: Redis starts the
+                        // key afresh, and so does the model.
+                        assert!(ttl_ms < 1000, "a key with {ttl_ms} ms to live vanished");
+                        state = None;
+                    }
                 }
                 last_retry = want.retry_after_us;
                 compared += 1;
             }
         }
     }
-    assert_eq!(compared, 6 * 12 * 120);
+    compared
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_arrivals_get_identical_verdicts_in_rust_and_in_lua() {
+    let server = RedisServer::start();
+    assert_eq!(compare(&server, 0x5eed_2026, false).await, 6 * 12 * 120);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_that_steps_back_gets_identical_verdicts_and_ttls_in_rust_and_in_lua() {
+    let server = RedisServer::start();
+    assert_eq!(compare(&server, 0xbac_2026, true).await, 6 * 12 * 120);
 }

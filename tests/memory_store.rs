@@ -1,12 +1,17 @@
 //! The memory store: all limits of a request decided together, all or
 //! nothing; shadow limits; peeks; concurrency; memory bounded under millions
-//! of distinct keys; expired keys deciding like fresh ones.
+//! of distinct keys (a hard entry cap, evictions closest to expiry first and
+//! counted, periodic sweeps that give memory back); expired keys deciding
+//! like fresh ones.
+
+mod support;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ratewatch::algorithm::Algorithm;
 use ratewatch::clock::ManualClock;
-use ratewatch::store::{Batch, Item, MemoryStore, Store, StoreDecision};
+use ratewatch::store::{Batch, Item, MemoryStore, Store, StoreDecision, StoreObserver};
 
 const SEC: u64 = 1_000_000;
 const T0: u64 = 1_700_000_000_000_000;
@@ -274,5 +279,276 @@ async fn a_key_past_its_ttl_decides_like_a_fresh_one() {
         store.len(),
         6,
         "only the two identities' fresh writes are left"
+    );
+}
+
+/// A day window: an entry that lives until the end of the UTC day.
+fn day_key(i: u64) -> [Item; 1] {
+    [Item::new(format!("rw:{{free:{i:x}}}:day"), day(1000))]
+}
+
+#[test]
+fn the_entry_cap_holds_under_two_million_invented_identities() {
+    const CAP: usize = 100_000;
+    let (store, _clock) = store();
+    let store = store.with_max_entries(CAP);
+    // Long-lived entries that never expire during the test: only the cap
+    // can keep them in check.
+    const N: u64 = 2_100_000;
+    for i in 0..N {
+        assert!(store.decide_now(&Batch::consume(&day_key(i), 1)).allowed);
+        if i % 50_000 == 0 {
+            let len = store.len();
+            assert!(len <= CAP, "{len} entries held after {i} inserts");
+        }
+    }
+    let len = store.len();
+    assert!(len <= CAP, "{len} entries held at the end");
+    // Shards evict a batch (1/16 of their share) at a time: the store stays
+    // close to its cap, not far below it.
+    assert!(len >= CAP * 9 / 10, "only {len} entries kept of {CAP}");
+    assert_eq!(
+        store.evictions(),
+        N - len as u64,
+        "every entry not held was an eviction"
+    );
+}
+
+/// A token bucket of one token refilled in `secs` seconds: its entry lives
+/// exactly `secs` seconds after a request.
+fn lives_for(secs: u64) -> Algorithm {
+    Algorithm::TokenBucket {
+        capacity: 1,
+        refill_per_second: 1.0 / secs as f64,
+    }
+}
+
+#[test]
+fn a_full_store_evicts_the_entries_closest_to_expiry_first() {
+    // One shard makes the order exact (with many, each shard keeps it).
+    let (store, _clock) = store();
+    let store = store.with_max_entries(1_000).with_shards(1);
+    let key = |i: u64| {
+        [Item::new(
+            format!("rw:{{free:{i}}}:burst"),
+            lives_for(i + 1),
+        )]
+    };
+    // Inserted in a scrambled order: entry i lives i + 1 seconds.
+    for n in 0..1_000u64 {
+        let i = (n * 7_919) % 1_000;
+        assert!(store.decide_now(&Batch::consume(&key(i), 1)).allowed);
+    }
+    assert_eq!(store.len(), 1_000);
+    assert_eq!(store.evictions(), 0);
+    // One more, long-lived: a batch of 1000 / 16 = 62 goes, the 62 closest
+    // to expiry.
+    assert!(store.decide_now(&Batch::consume(&key(5_000), 1)).allowed);
+    assert_eq!(store.evictions(), 62);
+    assert_eq!(store.len(), 1_000 - 62 + 1);
+    for i in 0..1_000u64 {
+        let d = store.decide_now(&Batch::peek(&key(i)));
+        let evicted = d.verdicts[0].remaining == 1.0;
+        assert_eq!(evicted, i < 62, "entry {i} living {} s", i + 1);
+    }
+}
+
+#[test]
+fn a_full_store_never_evicts_what_the_request_it_admits_just_charged() {
+    let (store, _clock) = store();
+    let store = store.with_max_entries(1_000).with_shards(1);
+    for i in 0..1_000u64 {
+        assert!(store.decide_now(&Batch::consume(&day_key(i), 1)).allowed);
+    }
+    // A new identity whose burst entry would be the closest to expiry of
+    // the whole store: it is written after room was made, so it stays.
+    let items = [
+        Item::new("rw:{free:new}:burst", lives_for(1)),
+        Item::new("rw:{free:new}:day", day(1000)),
+    ];
+    assert!(store.decide_now(&Batch::consume(&items, 1)).allowed);
+    let peek = store.decide_now(&Batch::peek(&items));
+    assert_eq!(peek.verdicts[0].remaining, 0.0, "the burst token is spent");
+    assert_eq!(peek.verdicts[1].remaining, 999.0);
+    assert!(store.len() <= 1_000);
+}
+
+#[test]
+fn a_request_with_more_new_keys_than_a_shard_holds_is_decided_and_the_cap_still_holds() {
+    let (store, _clock) = store();
+    let store = store.with_max_entries(1).with_shards(1);
+    let items = free_tier("many", 1000);
+    for _ in 0..3 {
+        assert!(store.decide_now(&Batch::consume(&items, 1)).allowed);
+        assert_eq!(store.len(), 1);
+    }
+}
+
+/// Collects what a store reports.
+#[derive(Default)]
+struct Reported {
+    evicted: AtomicU64,
+    calls: AtomicU64,
+}
+
+impl StoreObserver for Reported {
+    fn evicted(&self, shard: &str, n: u64) {
+        assert_eq!(shard, "memory");
+        self.evicted.fetch_add(n, Ordering::SeqCst);
+        self.calls.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn every_eviction_is_reported_to_the_observer_which_hears_of_the_store_at_once() {
+    let (store, _clock) = store();
+    let store = store.with_max_entries(1_000);
+    let seen = Arc::new(Reported::default());
+    store.observe(seen.clone());
+    assert_eq!(
+        seen.calls.load(Ordering::SeqCst),
+        1,
+        "a zero count at start, so the metric exists before any eviction"
+    );
+    assert_eq!(seen.evicted.load(Ordering::SeqCst), 0);
+    for i in 0..5_000u64 {
+        store.decide_now(&Batch::consume(&day_key(i), 1));
+    }
+    assert!(store.evictions() >= 4_000);
+    assert_eq!(seen.evicted.load(Ordering::SeqCst), store.evictions());
+}
+
+#[test]
+fn expired_entries_are_swept_on_time_not_only_when_a_shard_doubles() {
+    let (store, clock) = store();
+    // One new identity per millisecond, each entry living one second, for
+    // 100 seconds. A shard touched by decisions is swept every 10 s, so at
+    // most about 11 s of arrivals are held (11,000 entries). Sweeping only
+    // when a shard doubles past 1024 would let 64 × 1024 pile up.
+    let alg = lives_for(1);
+    let mut most = 0;
+    for i in 0..100_000u64 {
+        let items = [Item::new(
+            format!("rw:{{anonymous:{i:x}}}:burst"),
+            alg.clone(),
+        )];
+        assert!(store.decide_now(&Batch::consume(&items, 1)).allowed);
+        clock.advance_us(1_000);
+        if i > 20_000 && i % 1_000 == 0 {
+            most = most.max(store.len());
+        }
+    }
+    assert!(most <= 13_000, "{most} entries held, about 1,000 live");
+    assert_eq!(store.evictions(), 0, "expired entries are not evictions");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_store_sweeps_itself_and_gives_the_memory_of_a_spike_back() {
+    let (store, clock) = store();
+    // A spike of 300,000 identities, each entry living one second.
+    for i in 0..300_000u64 {
+        let items = [Item::new(
+            format!("rw:{{anonymous:{i:x}}}:burst"),
+            lives_for(1),
+        )];
+        store.decide_now(&Batch::consume(&items, 1));
+    }
+    let spike = store.capacity();
+    assert!(spike >= 300_000);
+    clock.advance_us(2 * SEC);
+    // No request comes; the background sweep runs on its own.
+    tokio::time::sleep(std::time::Duration::from_secs(11)).await;
+    assert_eq!(store.len(), 0);
+    let after = store.capacity();
+    assert!(
+        after * 10 < spike,
+        "{after} slots still allocated after a spike of {spike}"
+    );
+}
+
+#[test]
+fn a_max_entries_below_a_thousand_is_a_config_error_naming_file_line_and_field() {
+    let text = "[store]\nkind = \"memory\"\nmax_entries = 10\n";
+    let err = ratewatch::Policy::from_toml_str(text, Some("ratewatch.toml"))
+        .expect_err("a cap of 10 entries is refused");
+    assert_eq!(err.field(), Some("store.max_entries"), "{err}");
+    assert_eq!(err.line(), Some(3), "{err}");
+    let shown = err.to_string();
+    assert!(
+        shown.starts_with("ratewatch.toml:3: `store.max_entries` ") && shown.contains("1000"),
+        "{shown}"
+    );
+}
+
+/// The value of `ratewatch_store_evictions_total{shard="memory"}` in a
+/// scrape, if the series exists.
+fn evictions_in(scrape: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix("ratewatch_store_evictions_total{shard=\"memory\"} "))
+        .map(|v| v.trim().parse().expect("a number"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_inventing_keys_against_the_server_meets_the_cap_and_is_counted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("ratewatch.toml");
+    std::fs::write(
+        &config,
+        r#"
+[store]
+kind = "memory"
+max_entries = 1000
+
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [
+  { name = "burst", algorithm = "token_bucket", capacity = 10, refill_per_second = 0.001 },
+  { name = "hour", algorithm = "sliding_window", limit = 1000, window = "1h" },
+]
+
+[[tiers]]
+name = "anonymous"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 30, refill_per_second = 1 }]
+"#,
+    )
+    .expect("write config");
+    let server = support::Ratewatch::start("serve", Some(&config), &[]);
+    let client = reqwest::Client::new();
+    let scrape = || async {
+        client
+            .get(format!("{}/metrics", server.url()))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text")
+    };
+    assert_eq!(
+        evictions_in(&scrape().await),
+        Some(0.0),
+        "the eviction count exists at zero from start-up"
+    );
+    // 3,000 invented keys, two entries each, against a cap of 1,000. Both
+    // entries live for many minutes (a burst token takes 1,000 s to come
+    // back, a sliding hour at least an hour), so none expires during the
+    // test: only evictions make room.
+    const KEYS: u64 = 3_000;
+    for i in 0..KEYS {
+        let status = client
+            .get(format!("{}/api/users", server.url()))
+            .header("x-api-key", format!("free_invented_{i:08x}"))
+            .send()
+            .await
+            .expect("server answers")
+            .status();
+        assert_eq!(status, 200, "a fresh identity is admitted");
+    }
+    let evicted = evictions_in(&scrape().await).expect("the series exists");
+    assert!(
+        evicted >= (2 * KEYS - 1_000) as f64,
+        "{evicted} evictions: the store held more than its 1,000 entries"
     );
 }

@@ -330,3 +330,49 @@ async fn on_a_cluster_only_the_lost_shards_identities_fall_back() {
         assert!(took < Duration::from_millis(400));
     }
 }
+
+/// Waits until decisions for `prober` come from the store again: Redis is
+/// back, the connection remade and the shard's breaker closed by a probe.
+async fn until_the_store_decides(limiter: &Limiter, prober: &ratewatch::Identity) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let d = limiter.check(prober, "free", None).await;
+        if matches!(d.source, ratewatch::Source::Store { .. }) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "decisions never came back to Redis"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flapping_redis_does_not_hand_the_local_share_out_again_on_every_flap() {
+    let mut redis = RedisServer::start();
+    let (app, limiter) = app(policy(redis_store(redis.url()), FailurePolicy::Local, 5)).await;
+    let prober = ratewatch::Identity::new(ratewatch::identity::IdentityKind::ApiKey, "free_prober");
+    until_the_store_decides(&limiter, &prober).await;
+    // The victim only ever asks while Redis is down, so everything it gets
+    // comes from the local fallback: 40 per identity over 4 expected
+    // instances is a share of 10, which refills at one token per ~11 days.
+    let mut admitted = Vec::new();
+    for flap in 0..3 {
+        redis.kill();
+        let results = burst(&app, "GET", "/api/users", 1, 20).await;
+        assert!(
+            results.iter().all(|r| r.0 == 200 || r.0 == 429),
+            "flap {flap}"
+        );
+        admitted.push(results.iter().filter(|r| r.0 == 200).count());
+        // Redis comes back, a probe closes the breaker: the flap is over.
+        redis.restart();
+        until_the_store_decides(&limiter, &prober).await;
+    }
+    assert_eq!(
+        admitted,
+        vec![10, 0, 0],
+        "the local share is spent once, not once per flap"
+    );
+}

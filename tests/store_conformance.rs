@@ -442,6 +442,70 @@ async fn fractional_refill_is_kept(f: Fixture) {
     );
 }
 
+/// Every algorithm, quota 3, 10 s to get it back, on one identity (one
+/// cluster slot), decided one limit per call.
+fn three_per_ten_seconds(identity: &str) -> Vec<Item> {
+    let window_us = 10_000_000;
+    [
+        Algorithm::TokenBucket {
+            capacity: 3,
+            refill_per_second: 0.3,
+        },
+        Algorithm::SlidingWindow {
+            limit: 3,
+            window_us,
+        },
+        Algorithm::SlidingLog {
+            limit: 3,
+            window_us,
+        },
+        Algorithm::FixedWindow {
+            limit: 3,
+            window_us,
+        },
+        Algorithm::Gcra {
+            rate_per_second: 0.3,
+            burst: 3,
+        },
+        Algorithm::LeakyBucket {
+            rate_per_second: 0.3,
+            capacity: 3,
+            max_delay_us: 0,
+        },
+    ]
+    .into_iter()
+    .map(|a| Item::new(key(identity, a.kind()), a))
+    .collect()
+}
+
+async fn a_clock_stepped_back_keeps_every_count(f: Fixture) {
+    // Late in a 10 s window, so the step back crosses three fixed windows.
+    let t = f.now() - f.now() % 10_000_000 + 9_000_000;
+    for item in three_per_ten_seconds("stepped-back") {
+        let items = [item];
+        for _ in 0..3 {
+            let d = f.store.decide(&Batch::consume(&items, 1).at(t)).await;
+            assert!(d.expect("decide").allowed, "{:?}", items[0].algorithm);
+        }
+        // The store's clock steps back 30 s (a failover to a replica whose
+        // clock is behind) and walks forward to where it was.
+        for k in 0..60u64 {
+            let now = t - 30_000_000 + k * 500_000;
+            let d = f
+                .store
+                .decide(&Batch::consume(&items, 1).at(now))
+                .await
+                .expect("decide");
+            assert!(
+                !d.allowed,
+                "{:?} admitted again at {now}, {} µs before the quota's own time",
+                items[0].algorithm,
+                t - now
+            );
+        }
+    }
+}
+
 macro_rules! conformance {
     ($store:ident) => {
         mod $store {
@@ -484,6 +548,11 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn every_key_expires_once_its_limit_no_longer_needs_it() {
                 every_key_has_a_ttl_and_nothing_is_left_after_expiry(fixture().await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_clock_stepped_back_hands_out_no_quota_again() {
+                a_clock_stepped_back_keeps_every_count(fixture().await).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

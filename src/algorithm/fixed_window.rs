@@ -1,6 +1,12 @@
 //! Fixed window: a counter per window aligned to the Unix epoch, so a `1d`
 //! quota resets at 00:00 UTC for every instance alike. Up to twice the limit
 //! can pass around a boundary; use it for quotas, not for burst control.
+//!
+//! Time never runs a window backwards: a stored window that starts after
+//! `now` (the clock stepped back, or a failover landed on a replica whose
+//! clock is behind) is still the current window, with its count, until the
+//! clock passes its end. Otherwise a step back of a few seconds would open a
+//! fresh window and hand out the quota again.
 
 use super::{Step, Verdict};
 use crate::algorithm::State;
@@ -13,12 +19,12 @@ pub(super) fn decide(
     now: Micros,
     cost: u64,
 ) -> Step {
-    let start = now - now % window;
-    let count = match state {
+    let aligned = now - now % window;
+    let (start, count) = match state {
         Some(State::Window {
             start_us, count, ..
-        }) if *start_us == start => *count,
-        _ => 0,
+        }) if *start_us >= aligned => (*start_us, *count),
+        _ => (aligned, 0),
     };
     let reset = start + window - now;
     if count + cost <= limit {

@@ -20,6 +20,8 @@ pub(super) fn decide(
     now: Micros,
     cost: u64,
 ) -> Step {
+    // A stored TAT later than `now` is the normal case (units queued ahead);
+    // a clock that stepped back only lengthens the queue, never empties it.
     let tat = match state {
         Some(State::Tat(t)) => (*t).max(now),
         _ => now,

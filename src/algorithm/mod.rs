@@ -9,10 +9,18 @@
 //! |---|---|---|---|
 //! | token bucket | tokens (f64), last refill | capacity + rate × t | time to refill to full |
 //! | sliding window counter | window start, count, previous count | ~limit per window (weighted) | two windows |
-//! | sliding window log | one timestamp per admitted unit | exactly limit per window | one window |
+//! | sliding window log | one timestamp per admitted unit | exactly limit per window | one window past the newest entry |
 //! | fixed window | window start, count | limit per aligned window | until the window ends |
 //! | GCRA | theoretical arrival time | burst + rate × t | TAT − now |
 //! | leaky bucket | time the queue drains | capacity + rate × t; may delay | drain time |
+//!
+//! Time never runs backwards for a key. `now` may be earlier than what the
+//! state remembers (a wall clock stepped back; a failover to a Redis replica
+//! whose clock is behind): a later window stays the current window with its
+//! count, a later refill time or TAT refills nothing until the clock reaches
+//! it, later log entries keep counting, and the TTL covers the state's own
+//! times. A step back can only make a limit stricter for a while, never hand
+//! a quota out again.
 //!
 //! ```
 //! use ratewatch::algorithm::Algorithm;

@@ -1,6 +1,9 @@
 //! Sliding window log: the exact count of units admitted in the last
 //! `window`, one timestamp per unit (a sorted set in Redis). Memory grows with
 //! the limit, so keep it for small limits where exactness matters.
+//!
+//! Entries logged at a time later than `now` (the clock stepped back) keep
+//! counting until they leave the window on the clock that runs now.
 
 use std::collections::VecDeque;
 
@@ -21,8 +24,16 @@ pub(super) fn decide(
         _ => VecDeque::new(),
     };
     let count = log.len() as u64;
+    // Entries later than `now` (the clock stepped back) still count, and the
+    // key lives until the newest of them leaves the window.
+    let ttl = log.back().map_or(now, |&t| t.max(now)) + window - now;
     if count + cost <= limit {
-        log.extend(std::iter::repeat_n(now, cost as usize));
+        // Kept in time order, as the sorted set is, even when the clock
+        // stepped back behind entries already logged.
+        let at = log.partition_point(|&t| t <= now);
+        for _ in 0..cost {
+            log.insert(at, now);
+        }
         let oldest = log.front().copied().unwrap_or(now);
         let reset = if log.is_empty() {
             0
@@ -38,7 +49,7 @@ pub(super) fn decide(
                 delay_us: 0,
             },
             state: Some(State::Log(log)),
-            ttl_us: window,
+            ttl_us: ttl,
         }
     } else {
         // The request passes once `count + cost - limit` of the oldest
@@ -60,7 +71,7 @@ pub(super) fn decide(
                 delay_us: 0,
             },
             state: None,
-            ttl_us: window,
+            ttl_us: ttl,
         }
     }
 }

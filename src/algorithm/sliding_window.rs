@@ -6,6 +6,10 @@
 //! admit slightly more or fewer than an exact log would in the same window,
 //! for two integers of state. `lua/sliding_window.lua` does the same
 //! floating-point operations in the same order.
+//!
+//! A stored window that starts after `now` (the clock stepped back) is kept
+//! as the current window, its previous window weighted fully until the clock
+//! reaches its start, so a step back never empties the counters.
 
 use super::{Step, Verdict};
 use crate::algorithm::State;
@@ -22,24 +26,28 @@ pub(super) fn decide(
     now: Micros,
     cost: u64,
 ) -> Step {
-    let start = now - now % window;
-    let (curr, prev) = match state {
+    let aligned = now - now % window;
+    let (start, curr, prev) = match state {
         Some(State::Window {
             start_us,
             count,
             prev,
         }) => {
-            if *start_us == start {
-                (*count, *prev)
-            } else if *start_us + window == start {
-                (0, *count)
+            // A stored window later than `now` (the clock stepped back)
+            // stays current: time never runs a window backwards.
+            if *start_us >= aligned {
+                (*start_us, *count, *prev)
+            } else if *start_us + window == aligned {
+                (aligned, 0, *count)
             } else {
-                (0, 0)
+                (aligned, 0, 0)
             }
         }
-        _ => (0, 0),
+        _ => (aligned, 0, 0),
     };
-    let elapsed = now - start;
+    // Before a later stored window starts, its previous window still weighs
+    // fully.
+    let elapsed = now.saturating_sub(start);
     let est = estimate(prev, curr, window, elapsed);
     let limit_f = limit as f64;
     if est + cost as f64 <= limit_f {
@@ -121,7 +129,7 @@ fn retry_after(
         }
         None
     };
-    let at = match first_fit(prev, curr, now - start) {
+    let at = match first_fit(prev, curr, now.saturating_sub(start)) {
         Some(e) => start + e,
         // In the next window this window's count is the weighted one; at the
         // start of the window after that, nothing is counted at all.

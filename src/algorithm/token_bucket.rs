@@ -41,10 +41,15 @@ pub(super) fn decide(
     };
     let tokens = refill(cap, per_us, stored, stored_last, now);
     let last = stored_last.max(now);
+    // Behind a refill time later than `now` (the clock stepped back) the
+    // bucket refills only from that time on: the time to full, and so the
+    // key's TTL, count from there, or the key would expire while it still
+    // holds less than a fresh one.
+    let lag = last - now;
     let need = cost as f64;
     if tokens >= need {
         let left = tokens - need;
-        let reset = ceil_us((cap - left) / per_us);
+        let reset = lag + ceil_us((cap - left) / per_us);
         Step {
             verdict: Verdict {
                 allowed: true,
@@ -60,12 +65,12 @@ pub(super) fn decide(
             ttl_us: reset,
         }
     } else {
-        let reset = ceil_us((cap - tokens) / per_us);
+        let reset = lag + ceil_us((cap - tokens) / per_us);
         // The closed form, then corrected by at most a microsecond or two so
         // that the request passes at exactly `now + retry` and not a
         // microsecond earlier, as the same refill arithmetic computes it.
         let passes = |wait: u64| refill(cap, per_us, stored, stored_last, now + wait) >= need;
-        let mut retry = (last - now) + ceil_us((need - tokens) / per_us).max(1);
+        let mut retry = lag + ceil_us((need - tokens) / per_us).max(1);
         for _ in 0..4 {
             if !passes(retry) {
                 retry += 1;

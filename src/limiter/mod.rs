@@ -19,8 +19,10 @@
 
 mod compiled;
 mod decision;
+mod fallback;
 mod identify;
 mod metrics_handler;
+mod store_metrics;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -29,6 +31,8 @@ use std::time::Duration;
 pub use decision::{Decision, LimitReport, Source};
 
 use compiled::{Compiled, CompiledLimit};
+use fallback::LocalFallback;
+use store_metrics::StoreMetrics;
 
 use crate::Error;
 use crate::algorithm::Verdict;
@@ -36,7 +40,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::identity::{HeaderExtractor, Identity, KeyExtractor, PrefixResolver, TierResolver};
 use crate::policy::{FailurePolicy, Policy};
 use crate::resilience::{Change, ShardBreakers};
-use crate::store::{Batch, MemoryStore, Store, StoreDecision};
+use crate::store::{Batch, Store, StoreDecision};
 use crate::telemetry::{Event, FallbackReason, Outcome, Telemetry};
 
 /// A rate limiter: a policy, a store and the telemetry around them.
@@ -50,8 +54,7 @@ struct Inner {
     policy: Arc<Policy>,
     compiled: Compiled,
     store: Arc<dyn Store>,
-    /// The local fallback's counters, one store per failed shard, so a
-    /// shard coming back drops its own counts and nobody else's.
+    /// The local fallback's counters, one store per failed shard.
     local: LocalFallback,
     resolver: Arc<dyn TierResolver>,
     prefix_resolver: PrefixResolver,
@@ -127,6 +130,9 @@ impl LimiterBuilder {
             .telemetry
             .unwrap_or_else(|| Telemetry::for_store(&policy.telemetry, &policy.store));
         metrics_handler::prepare(&policy);
+        // After the recorder: the store's counts exist at zero from here on.
+        let observer: Arc<dyn crate::store::StoreObserver> = Arc::new(StoreMetrics);
+        store.observe(observer.clone());
         let breakers = (store.kind() != "memory").then(|| {
             ShardBreakers::with_probes(
                 policy.resilience.breaker,
@@ -139,7 +145,7 @@ impl LimiterBuilder {
         Ok(Limiter {
             inner: Arc::new(Inner {
                 compiled: Compiled::new(&policy),
-                local: LocalFallback::new(self.clock.clone()),
+                local: LocalFallback::new(self.clock.clone(), policy.store.max_entries, observer),
                 resolver: self
                     .resolver
                     .unwrap_or_else(|| Arc::new(prefix_resolver.clone())),
@@ -384,10 +390,10 @@ impl Limiter {
                     tracing::warn!(%shard, reason = ?trip.reason, "circuit breaker opened");
                 }
                 Change::Closed => {
-                    // Back to the store after a successful probe: the
-                    // local fallback's counts for it are dropped, not
-                    // merged.
-                    inner.local.forget(&shard);
+                    // Back to the store after a successful probe. The
+                    // local fallback keeps its counts: they expire on
+                    // their own windows, so a breaker that flaps does
+                    // not hand out a fresh local share each time.
                     tracing::info!(%shard, "circuit breaker closed");
                 }
                 Change::None => {}
@@ -406,83 +412,6 @@ impl Limiter {
             .breakers
             .as_ref()
             .map_or_else(Vec::new, ShardBreakers::states)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn fallback(
-        &self,
-        tier: &compiled::CompiledTier,
-        route: Option<usize>,
-        identity: &Identity,
-        batch: &Batch<'_>,
-        shard: Arc<str>,
-        reason: FallbackReason,
-        policy: FailurePolicy,
-        limits: &[&CompiledLimit],
-    ) -> Decision {
-        let source = Source::Fallback {
-            reason,
-            policy,
-            shard,
-        };
-        match policy {
-            FailurePolicy::Open | FailurePolicy::Closed => {
-                let allowed = policy == FailurePolicy::Open;
-                let retry = (!allowed).then(|| {
-                    self.inner
-                        .policy
-                        .resilience
-                        .breaker
-                        .open
-                        .max(Duration::from_secs(1))
-                });
-                // Nothing was counted: the limits are reported with their
-                // policy only (RateLimit-Policy), not a remaining count.
-                let reports = limits
-                    .iter()
-                    .map(|l| LimitReport {
-                        name: l.name.clone(),
-                        quota: l.algorithm.quota(),
-                        window_secs: l.algorithm.window_secs(),
-                        remaining: l.algorithm.quota() as f64,
-                        reset_after: Duration::ZERO,
-                        retry_after: Duration::ZERO,
-                        allowed,
-                        shadow: l.shadow,
-                    })
-                    .collect();
-                Decision {
-                    allowed,
-                    tier: tier.name.clone(),
-                    limits: reports,
-                    retry_after: retry,
-                    delay: Duration::ZERO,
-                    source,
-                    outcome: if allowed {
-                        Outcome::FallbackAllowed
-                    } else {
-                        Outcome::FallbackBlocked
-                    },
-                    store_rtt: None,
-                    decided_at: self.inner.clock.now_us(),
-                }
-            }
-            FailurePolicy::Local => {
-                let (items, _) = self.inner.compiled.items(tier, route, identity, true);
-                let local = Batch {
-                    items: &items,
-                    ..*batch
-                };
-                let d = self.inner.local.decide(source.shard(), &local);
-                let mut decision = build(tier.name.clone(), limits, d, source, Some(&items));
-                decision.outcome = if decision.allowed {
-                    Outcome::FallbackAllowed
-                } else {
-                    Outcome::FallbackBlocked
-                };
-                decision
-            }
-        }
     }
 
     fn record(&self, d: &Decision, route: Option<usize>, identity: &Identity, cost: u64) {
@@ -511,48 +440,6 @@ impl Limiter {
             fallback,
         };
         self.inner.telemetry.record(&event);
-    }
-
-    /// Drops the local fallback's state (when the store is back, decisions
-    /// return to it and the local counts are not merged).
-    pub fn forget_local_state(&self) {
-        self.inner.local.forget_all();
-    }
-}
-
-/// The local fallback: an in-process store per failed shard.
-struct LocalFallback {
-    clock: Arc<dyn Clock>,
-    stores: parking_lot::RwLock<std::collections::HashMap<Arc<str>, MemoryStore>>,
-}
-
-impl LocalFallback {
-    fn new(clock: Arc<dyn Clock>) -> Self {
-        Self {
-            clock,
-            stores: parking_lot::RwLock::new(std::collections::HashMap::new()),
-        }
-    }
-
-    fn decide(&self, shard: &Arc<str>, batch: &Batch<'_>) -> StoreDecision {
-        if let Some(store) = self.stores.read().get(shard) {
-            return store.decide_now(batch);
-        }
-        let store = self
-            .stores
-            .write()
-            .entry(shard.clone())
-            .or_insert_with(|| MemoryStore::with_clock_and_label(self.clock.clone(), shard))
-            .clone();
-        store.decide_now(batch)
-    }
-
-    fn forget(&self, shard: &Arc<str>) {
-        self.stores.write().remove(shard);
-    }
-
-    fn forget_all(&self) {
-        self.stores.write().clear();
     }
 }
 

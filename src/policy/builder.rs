@@ -135,6 +135,13 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
             "must be non-empty, without braces or spaces".into(),
         ));
     }
+    let (min, max) = super::settings::MAX_ENTRIES_BOUNDS;
+    if !(min..=max).contains(&(p.store.max_entries as u64)) {
+        return Err((
+            "store.max_entries".into(),
+            format!("must be from {min} to {max}, got {}", p.store.max_entries),
+        ));
+    }
     if !(1..=10_000).contains(&p.resilience.expected_instances) {
         return Err((
             "resilience.expected_instances".into(),

@@ -29,9 +29,10 @@ pub use env::{CONFIG_VAR, REDIS_URL_VAR};
 pub use limit::{Limit, Scope};
 pub use route::{RouteRule, path_matches};
 pub use settings::{
-    AnonymousMode, BreakerSettings, DashboardSettings, FailurePolicy, IdentitySettings, IpNet,
-    KeyDisplay, ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings, TlsFiles,
-    canonical_net as settings_canonical_net, ip_in as settings_ip_in,
+    AnonymousMode, BreakerSettings, DEFAULT_MAX_ENTRIES, DEFAULT_REDIS_URL, DashboardSettings,
+    FailurePolicy, IdentitySettings, IpNet, KeyDisplay, ResilienceSettings, StoreKind,
+    StoreSettings, TelemetrySettings, TlsFiles, canonical_net as settings_canonical_net,
+    ip_in as settings_ip_in,
 };
 pub use tier::Tier;
 

@@ -32,6 +32,21 @@ impl StoreKind {
     }
 }
 
+/// The Redis a `redis` store without `url` connects to.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+/// Default `[store] max_entries`: the memory store's cap on live entries.
+/// A hash-table slot takes 65 bytes and, under the churn of evictions, a
+/// table keeps at least half its slots free, so each of the 64 shards'
+/// 27,343 entries sits in a table of 65,536 slots: about 270 MB at the cap
+/// whatever identities clients invent (see the README's memory figures).
+pub const DEFAULT_MAX_ENTRIES: usize = 1_750_000;
+
+/// Bounds of `[store] max_entries`: below a thousand entries the cap would
+/// evict live counters of an ordinary load; past a billion it bounds
+/// nothing a machine holds.
+pub(crate) const MAX_ENTRIES_BOUNDS: (u64, u64) = (1_000, 1_000_000_000);
+
 /// `[store]`. Its `Debug` output hides the password.
 #[derive(Clone, PartialEq)]
 pub struct StoreSettings {
@@ -57,6 +72,9 @@ pub struct StoreSettings {
     pub timeout: Duration,
     /// Prefix of every Redis key.
     pub key_prefix: String,
+    /// Most live entries the memory store (and each local fallback store)
+    /// holds; past it, the entries closest to expiry are evicted.
+    pub max_entries: usize,
 }
 
 impl std::fmt::Debug for StoreSettings {
@@ -72,6 +90,7 @@ impl std::fmt::Debug for StoreSettings {
             .field("tls", &self.tls)
             .field("timeout", &self.timeout)
             .field("key_prefix", &self.key_prefix)
+            .field("max_entries", &self.max_entries)
             .finish()
     }
 }
@@ -109,6 +128,7 @@ impl Default for StoreSettings {
             tls: TlsFiles::default(),
             timeout: Duration::from_millis(50),
             key_prefix: "rw".into(),
+            max_entries: DEFAULT_MAX_ENTRIES,
         }
     }
 }

@@ -27,7 +27,7 @@ pub enum Change {
     /// The breaker opened.
     Tripped(Trip),
     /// The probe succeeded and the breaker closed: decisions go back to the
-    /// store, and local fallback state is to be dropped.
+    /// store (local fallback counts are kept and expire on their windows).
     Closed,
 }
 

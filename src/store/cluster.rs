@@ -448,6 +448,10 @@ impl Store for ClusterStore {
             }
         }
     }
+
+    fn observe(&self, observer: Arc<dyn super::StoreObserver>) {
+        self.reloads.observe(observer);
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! Stores: where counters live and where a request's limits are decided,
 //! together and atomically, in one call.
 //!
-//! - [`MemoryStore`]: in process, sharded, TTL-evicted (the embedded default).
+//! - [`MemoryStore`]: in process, sharded, TTL-evicted, capped at
+//!   `max_entries` (the embedded default).
 //! - `RedisStore` / `ClusterStore` / `SentinelStore` (feature
 //!   `redis-store`): one EVALSHA of the `lua/` scripts per request, on the
 //!   Redis clock; `rediss://` with the feature `tls`.
@@ -165,6 +166,29 @@ pub trait Store: Send + Sync + 'static {
         let _ = shard;
         Ok(())
     }
+
+    /// Tells the store whom to report to besides its decisions (script
+    /// reloads, evictions). A store with nothing to report ignores it.
+    fn observe(&self, observer: Arc<dyn StoreObserver>) {
+        let _ = observer;
+    }
+}
+
+/// Hears what a store does besides deciding, so that telemetry can count it
+/// while the store knows nothing of telemetry. Calls come from the decision
+/// path: they must be cheap and never block.
+pub trait StoreObserver: Send + Sync + 'static {
+    /// The Lua scripts were loaded again on `shard` after `NOSCRIPT`.
+    fn script_reloaded(&self, shard: &str) {
+        let _ = shard;
+    }
+
+    /// `n` live entries of `shard` were evicted to stay under the memory
+    /// store's entry cap: each is a counter reset. Called with `n = 0` when
+    /// a store starts reporting, so the count exists from the start.
+    fn evicted(&self, shard: &str, n: u64) {
+        let _ = (shard, n);
+    }
 }
 
 /// Opens the store `settings` names. A Redis that is down does not fail
@@ -174,7 +198,9 @@ pub async fn open(
     clock: Arc<dyn Clock>,
 ) -> Result<Arc<dyn Store>, StoreError> {
     match settings.kind {
-        StoreKind::Memory => Ok(Arc::new(MemoryStore::with_clock(clock))),
+        StoreKind::Memory => Ok(Arc::new(
+            MemoryStore::with_clock(clock).with_max_entries(settings.max_entries),
+        )),
         #[cfg(feature = "redis-store")]
         StoreKind::Redis => Ok(Arc::new(RedisStore::connect(settings).await?)),
         #[cfg(feature = "redis-store")]

@@ -62,7 +62,7 @@ pub(crate) fn host_port(info: &redis::ConnectionInfo) -> String {
 }
 
 /// The Redis a `redis` store without `url` connects to.
-pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+pub const DEFAULT_URL: &str = crate::policy::DEFAULT_REDIS_URL;
 
 /// The one limit a health probe decides: a fixed window no probe rate can
 /// exhaust, whose key expires a second later. It writes, so a node that
@@ -202,5 +202,9 @@ impl Store for RedisStore {
 
     async fn probe(&self, _shard: &Arc<str>) -> Result<(), StoreError> {
         self.probe_node().await
+    }
+
+    fn observe(&self, observer: Arc<dyn super::StoreObserver>) {
+        self.reloads.observe(observer);
     }
 }

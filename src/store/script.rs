@@ -10,10 +10,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
-use super::{Batch, Item, StoreError};
+use super::{Batch, Item, StoreError, StoreObserver};
 use crate::algorithm::{Algorithm, Verdict, interval_us};
 use crate::clock::Micros;
 
@@ -53,19 +53,37 @@ impl Scripts {
     }
 }
 
-/// Script reloads after `NOSCRIPT`, per shard (`ratewatch_script_reloads_total{shard}`).
-#[derive(Debug, Default)]
-pub(crate) struct ReloadCounter(Mutex<HashMap<Arc<str>, u64>>);
+/// Script reloads after `NOSCRIPT`, per shard, told to the store's
+/// observer as they happen (telemetry counts them as
+/// `ratewatch_script_reloads_total{shard}`).
+#[derive(Default)]
+pub(crate) struct ReloadCounter {
+    counts: Mutex<HashMap<Arc<str>, u64>>,
+    observer: RwLock<Option<Arc<dyn StoreObserver>>>,
+}
 
 impl ReloadCounter {
     pub(crate) fn bump(&self, shard: &Arc<str>) {
-        *self.0.lock().entry(shard.clone()).or_insert(0) += 1;
+        *self.counts.lock().entry(shard.clone()).or_insert(0) += 1;
+        if let Some(o) = self.observer.read().as_ref() {
+            o.script_reloaded(shard);
+        }
     }
 
     pub(crate) fn snapshot(&self) -> Vec<(Arc<str>, u64)> {
-        let mut v: Vec<_> = self.0.lock().iter().map(|(k, n)| (k.clone(), *n)).collect();
+        let mut v: Vec<_> = self
+            .counts
+            .lock()
+            .iter()
+            .map(|(k, n)| (k.clone(), *n))
+            .collect();
         v.sort();
         v
+    }
+
+    /// Tells `observer` of every reload from now on.
+    pub(crate) fn observe(&self, observer: Arc<dyn StoreObserver>) {
+        *self.observer.write() = Some(observer);
     }
 }
 
@@ -264,7 +282,8 @@ pub(crate) fn classify(e: RedisError) -> StoreError {
 }
 
 /// Runs `cmd` (an `EVALSHA` of `script`); on `NOSCRIPT` loads the script,
-/// counts the reload against `shard` and runs it once more. Nothing else is
+/// counts the reload against `shard` (telling the store's observer) and
+/// runs it once more. Nothing else is
 /// ever retried.
 pub(crate) async fn eval<C>(
     conn: &mut C,
@@ -280,7 +299,6 @@ where
         Err(e) if is_noscript(&e) => {
             script.load_async(conn).await?;
             reloads.bump(shard);
-            crate::telemetry::metrics::record_script_reload(shard);
             cmd.query_async(conn).await
         }
         other => other,

@@ -261,6 +261,11 @@ impl Store for SentinelStore {
         "redis-sentinel"
     }
 
+    fn observe(&self, observer: Arc<dyn super::StoreObserver>) {
+        // One counter for every master, so reloads after a failover count.
+        self.inner.reloads.observe(observer);
+    }
+
     fn probes(&self) -> bool {
         true
     }

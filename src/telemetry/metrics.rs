@@ -36,6 +36,9 @@ pub const BREAKER_STATE: &str = "ratewatch_breaker_state";
 pub const BREAKER_TRIPS_TOTAL: &str = "ratewatch_breaker_trips_total";
 /// Lua scripts reloaded after `NOSCRIPT`: counter {shard}.
 pub const SCRIPT_RELOADS_TOTAL: &str = "ratewatch_script_reloads_total";
+/// Live memory-store entries evicted to stay under `[store] max_entries`
+/// (each a counter reset): counter {shard}.
+pub const STORE_EVICTIONS_TOTAL: &str = "ratewatch_store_evictions_total";
 /// Decision events the fleet view lost: counter {reason}.
 pub const TELEMETRY_DROPPED_TOTAL: &str = "ratewatch_telemetry_dropped_total";
 /// Always 1, labelled with the crate version: gauge {version}.
@@ -143,6 +146,10 @@ pub fn describe() {
         "Lua scripts reloaded after NOSCRIPT, by shard."
     );
     describe_counter!(
+        STORE_EVICTIONS_TOTAL,
+        "Live memory-store entries evicted to stay under max_entries (each a counter reset), by shard."
+    );
+    describe_counter!(
         TELEMETRY_DROPPED_TOTAL,
         "Decision events the fleet view lost, by reason."
     );
@@ -216,6 +223,11 @@ pub fn record_breaker_trip(shard: &str) {
 /// Counts a Lua script reload after `NOSCRIPT`.
 pub fn record_script_reload(shard: &str) {
     counter!(SCRIPT_RELOADS_TOTAL, LABEL_SHARD => shard.to_owned()).increment(1);
+}
+
+/// Counts `n` memory-store evictions on `shard` (0 makes the series exist).
+pub fn record_store_evictions(shard: &str, n: u64) {
+    counter!(STORE_EVICTIONS_TOTAL, LABEL_SHARD => shard.to_owned()).increment(n);
 }
 
 /// Records one Redis round trip.
@@ -343,7 +355,7 @@ pub fn configured_shards(policy: &Policy) -> Vec<String> {
                 .store
                 .url
                 .as_deref()
-                .unwrap_or("redis://127.0.0.1:6379"),
+                .unwrap_or(crate::policy::DEFAULT_REDIS_URL),
         )],
         StoreKind::RedisCluster => policy
             .store
@@ -366,7 +378,9 @@ fn url_host_port(url: &str) -> String {
 /// Grafana shows 0 rather than "No data" and `rate()` sees the first
 /// increment: per configured Redis shard the breaker state (closed) and
 /// trips, script reloads, and fallbacks for every reason and every failure
-/// policy the policy uses; telemetry drops per reason; limits exceeded per
+/// policy the policy uses; memory-store evictions (the memory store, or
+/// each Redis shard's local fallback store when a policy is `local`);
+/// telemetry drops per reason; limits exceeded per
 /// tier and limit; decisions per tier, route, shard and outcome (up to
 /// [`MAX_ZERO_DECISION_SERIES`]); and the round-trip histogram per shard.
 pub fn register_at_zero(policy: &Policy) {
@@ -405,6 +419,16 @@ pub fn register_at_zero(policy: &Policy) {
             // Registering is enough: the histogram renders with zero counts.
             let _ = metrics::histogram!(REDIS_RTT_SECONDS, LABEL_SHARD => shard.clone(), LABEL_OP => op.as_str());
         }
+    }
+    // Evictions: the memory store, or the local fallback's store of every
+    // Redis shard when a route falls back locally.
+    let evicting: Vec<&String> = if policies.contains(&FailurePolicy::Local) {
+        shards.iter().collect()
+    } else {
+        shards.iter().filter(|s| *s == "memory").collect()
+    };
+    for shard in evicting {
+        counter!(STORE_EVICTIONS_TOTAL, LABEL_SHARD => shard.clone()).increment(0);
     }
     for reason in [DropReason::Timeout, DropReason::Error, DropReason::Overflow] {
         counter!(TELEMETRY_DROPPED_TOTAL, LABEL_REASON => reason.as_str()).increment(0);

@@ -215,7 +215,7 @@ impl Telemetry {
                     store
                         .url
                         .clone()
-                        .unwrap_or_else(|| crate::store::DEFAULT_REDIS_URL.to_owned()),
+                        .unwrap_or_else(|| crate::policy::DEFAULT_REDIS_URL.to_owned()),
                     store.key_prefix.clone(),
                 )),
                 StoreKind::RedisCluster if !store.nodes.is_empty() => Some(RedisTarget::cluster(

@@ -32,6 +32,7 @@ pub(super) fn store(t: Option<Table<'_>>) -> Result<StoreSettings> {
             "tls_key_file",
             "timeout_ms",
             "key_prefix",
+            "max_entries",
         ],
         "[store]",
     )?;
@@ -91,6 +92,10 @@ pub(super) fn store(t: Option<Table<'_>>) -> Result<StoreSettings> {
     }
     if let Some(prefix) = t.str("key_prefix")? {
         s.key_prefix = prefix.to_owned();
+    }
+    let (min, max) = crate::policy::settings::MAX_ENTRIES_BOUNDS;
+    if let Some(max) = t.uint("max_entries", min, max)? {
+        s.max_entries = max as usize;
     }
     Ok(s)
 }

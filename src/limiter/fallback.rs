@@ -1,0 +1,160 @@
+//! The answer when the store cannot decide (timeout, error, breaker open):
+//! the route's failure policy.
+//!
+//! - `open` admits and `closed` refuses, counting nothing.
+//! - `local` decides in process, every quota scaled to this instance's
+//!   share, in one memory store per failed shard. Those counts are not
+//!   cleared when the shard's breaker closes: they expire on their own
+//!   windows, like any memory-store entry. A breaker that flaps (Redis
+//!   killed and restarted, a link that drops every few seconds) therefore
+//!   does not hand a client a fresh local share on every flap; at worst a
+//!   client gets its local share per window plus what Redis admits.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+
+use super::compiled::{CompiledLimit, CompiledTier};
+use super::{Decision, LimitReport, Limiter, Source, build};
+use crate::clock::Clock;
+use crate::identity::Identity;
+use crate::policy::FailurePolicy;
+use crate::store::{Batch, MemoryStore, Store, StoreDecision, StoreObserver};
+use crate::telemetry::{FallbackReason, Outcome};
+
+impl Limiter {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fallback(
+        &self,
+        tier: &CompiledTier,
+        route: Option<usize>,
+        identity: &Identity,
+        batch: &Batch<'_>,
+        shard: Arc<str>,
+        reason: FallbackReason,
+        policy: FailurePolicy,
+        limits: &[&CompiledLimit],
+    ) -> Decision {
+        let source = Source::Fallback {
+            reason,
+            policy,
+            shard,
+        };
+        match policy {
+            FailurePolicy::Open | FailurePolicy::Closed => {
+                let allowed = policy == FailurePolicy::Open;
+                let retry = (!allowed).then(|| {
+                    self.inner
+                        .policy
+                        .resilience
+                        .breaker
+                        .open
+                        .max(Duration::from_secs(1))
+                });
+                // Nothing was counted: the limits are reported with their
+                // policy only (RateLimit-Policy), not a remaining count.
+                let reports = limits
+                    .iter()
+                    .map(|l| LimitReport {
+                        name: l.name.clone(),
+                        quota: l.algorithm.quota(),
+                        window_secs: l.algorithm.window_secs(),
+                        remaining: l.algorithm.quota() as f64,
+                        reset_after: Duration::ZERO,
+                        retry_after: Duration::ZERO,
+                        allowed,
+                        shadow: l.shadow,
+                    })
+                    .collect();
+                Decision {
+                    allowed,
+                    tier: tier.name.clone(),
+                    limits: reports,
+                    retry_after: retry,
+                    delay: Duration::ZERO,
+                    source,
+                    outcome: if allowed {
+                        Outcome::FallbackAllowed
+                    } else {
+                        Outcome::FallbackBlocked
+                    },
+                    store_rtt: None,
+                    decided_at: self.inner.clock.now_us(),
+                }
+            }
+            FailurePolicy::Local => {
+                let (items, _) = self.inner.compiled.items(tier, route, identity, true);
+                let local = Batch {
+                    items: &items,
+                    ..*batch
+                };
+                let d = self.inner.local.decide(source.shard(), &local);
+                let mut decision = build(tier.name.clone(), limits, d, source, Some(&items));
+                decision.outcome = if decision.allowed {
+                    Outcome::FallbackAllowed
+                } else {
+                    Outcome::FallbackBlocked
+                };
+                decision
+            }
+        }
+    }
+
+    /// Drops the local fallback's counts now. They expire on their own
+    /// windows anyway; this is for an operator who knows the store's counts
+    /// cover the outage.
+    pub fn forget_local_state(&self) {
+        self.inner.local.forget_all();
+    }
+}
+
+/// The local fallback's counters: an in-process store per failed shard, each
+/// capped at `max_entries` like the primary memory store.
+pub(super) struct LocalFallback {
+    clock: Arc<dyn Clock>,
+    max_entries: usize,
+    observer: Arc<dyn StoreObserver>,
+    stores: RwLock<HashMap<Arc<str>, MemoryStore>>,
+}
+
+impl LocalFallback {
+    pub(super) fn new(
+        clock: Arc<dyn Clock>,
+        max_entries: usize,
+        observer: Arc<dyn StoreObserver>,
+    ) -> Self {
+        Self {
+            clock,
+            max_entries,
+            observer,
+            stores: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Decides `batch` in the store standing in for `shard`.
+    pub(super) fn decide(&self, shard: &Arc<str>, batch: &Batch<'_>) -> StoreDecision {
+        if let Some(store) = self.stores.read().get(shard) {
+            return store.decide_now(batch);
+        }
+        let store = self
+            .stores
+            .write()
+            .entry(shard.clone())
+            .or_insert_with(|| {
+                let store = MemoryStore::with_clock_and_label(self.clock.clone(), shard)
+                    .with_max_entries(self.max_entries);
+                store.observe(self.observer.clone());
+                store
+            })
+            .clone();
+        store.decide_now(batch)
+    }
+
+    fn forget_all(&self) {
+        for store in self.stores.read().values() {
+            store.clear();
+        }
+    }
+}
