@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use ratewatch::policy::Policy;
@@ -43,6 +44,10 @@ struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "RATEWATCH_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// How often the policy file is checked for changes, in milliseconds
+    /// (0: reload on SIGHUP only).
+    #[arg(long, env = "RATEWATCH_RELOAD_POLL_MS", default_value_t = 1000)]
+    reload_poll_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -105,12 +110,26 @@ fn run(args: ServeArgs, demo: bool) -> ExitCode {
         }
     };
     let result = runtime.block_on(async move {
-        let limiter = Limiter::new(policy).await?;
+        let mut builder = Limiter::builder(policy);
+        if let Some(file) = &args.config {
+            // The environment's overrides apply to every reload too, so a
+            // reload does not report them as changed settings.
+            builder = builder
+                .with_source_file(file)
+                .with_policy_adjust(Policy::with_env);
+        }
+        let limiter = builder.build().await?;
+        let reloader = server::spawn_reloader(
+            limiter.clone(),
+            args.config.clone(),
+            Duration::from_millis(args.reload_poll_ms),
+        )?;
         let traffic = demo.then(|| server::spawn_demo_traffic(server::app(limiter.clone())));
         let served = server::serve(limiter.clone(), args.listen).await;
         if let Some(t) = traffic {
             t.abort();
         }
+        reloader.abort();
         limiter.shutdown().await;
         served.map_err(ratewatch::Error::from)
     });

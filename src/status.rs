@@ -19,6 +19,8 @@ struct Status {
     tier: String,
     identity: String,
     limits: Vec<LimitStatus>,
+    /// The version and content hash of the policy that answered.
+    policy: crate::PolicyVersion,
 }
 
 #[derive(Serialize)]
@@ -107,6 +109,8 @@ impl Limiter {
 }
 
 async fn status(limiter: Limiter, guard: StatusGuard, req: Request) -> Response {
+    // One policy answers the whole look, whatever reloads meanwhile.
+    let limiter = limiter.snapshot();
     let (parts, _) = req.into_parts();
     let identity = match limiter.identify(&parts) {
         Ok(id) => id,
@@ -130,6 +134,7 @@ async fn status(limiter: Limiter, guard: StatusGuard, req: Request) -> Response 
     }
     let tier = limiter.resolve_tier(&identity, &parts);
     let d = limiter.peek(&identity, &tier, None).await;
+    let policy = limiter.version().clone();
     let body = Status {
         tier: d.tier.to_string(),
         identity: identity.masked(),
@@ -145,6 +150,7 @@ async fn status(limiter: Limiter, guard: StatusGuard, req: Request) -> Response 
                 shadow: l.shadow,
             })
             .collect(),
+        policy,
     };
     let mut res = Json(body).into_response();
     headers::insert(res.headers_mut(), &d);

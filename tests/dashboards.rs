@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The metrics ratewatch exports (DESIGN.md, "Telemetry").
-const METRICS: [&str; 10] = [
+const METRICS: [&str; 14] = [
     "ratewatch_decisions_total",
     "ratewatch_limit_exceeded_total",
     "ratewatch_fallbacks_total",
@@ -24,13 +24,17 @@ const METRICS: [&str; 10] = [
     "ratewatch_store_evictions_total",
     "ratewatch_telemetry_dropped_total",
     "ratewatch_build_info",
+    "ratewatch_config_reloads_total",
+    "ratewatch_config_last_reload_successful",
+    "ratewatch_config_restart_required",
+    "ratewatch_policy_info",
 ];
 
 const HISTOGRAM: &str = "ratewatch_redis_rtt_seconds";
 
 const DATASOURCE_UID: &str = "${datasource}";
 
-const ALERTS: [&str; 7] = [
+const ALERTS: [&str; 8] = [
     "RatewatchFailOpenRateHigh",
     "RatewatchBreakerOpen",
     "RatewatchRedisSlow",
@@ -38,6 +42,7 @@ const ALERTS: [&str; 7] = [
     "RatewatchTelemetryDropping",
     "RatewatchFailClosedRefusing",
     "RatewatchHotShard",
+    "RatewatchPolicyReloadFailed",
 ];
 
 fn dashboards_dir() -> PathBuf {
@@ -831,6 +836,41 @@ fn exposition(t: f64) -> String {
         "Always 1, labelled with the version.",
         &[(r#"version="0.1.0""#, 1.0)],
     );
+    // A healthy reload history: the policy alert stays quiet.
+    family(
+        &mut s,
+        "ratewatch_config_reloads_total",
+        "counter",
+        "Policy reloads.",
+        &[
+            (r#"result="ok""#, (t / 10.0).floor()),
+            (r#"result="error""#, 0.0),
+        ],
+    );
+    family(
+        &mut s,
+        "ratewatch_config_last_reload_successful",
+        "gauge",
+        "1 if the latest reload applied.",
+        &[("", 1.0)],
+    );
+    family(
+        &mut s,
+        "ratewatch_config_restart_required",
+        "gauge",
+        "Settings waiting for a restart.",
+        &[("", 0.0)],
+    );
+    family(
+        &mut s,
+        "ratewatch_policy_info",
+        "gauge",
+        "The policy in force.",
+        &[
+            (r#"version="2026-12-01.1",hash="0123456789ab""#, 1.0),
+            (r#"version="2026-11-30.2",hash="ba9876543210""#, 0.0),
+        ],
+    );
     s
 }
 
@@ -998,8 +1038,8 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_evaluates_every_ale
     assert_eq!(names, BTreeSet::from(ALERTS));
     assert_eq!(
         rules.len(),
-        8,
-        "two fail-open severities and six other alerts"
+        9,
+        "two fail-open severities and seven other alerts"
     );
 
     // Every alert the exposition calls for is pending (none can have

@@ -81,11 +81,12 @@ pub(super) async fn guard(State(g): State<Guard>, req: Request, next: Next) -> R
 /// redirect that trades a `?token=` for a session).
 fn admit(g: &Guard, req: &Request) -> Option<Response> {
     let limiter = &g.limiter;
-    let settings = &limiter.policy().dashboard;
+    let policy = limiter.policy();
+    let settings = &policy.dashboard;
     if !settings.enabled {
         return Some(StatusCode::NOT_FOUND.into_response());
     }
-    let trusted = &limiter.policy().identity.trusted_proxies;
+    let trusted = &policy.identity.trusted_proxies;
     let peer = crate::identity::peer_ip(req.extensions()).map(|ip| ip.to_canonical());
     let via_proxy = peer.is_some_and(|p| trusted.iter().any(|n| n.contains(&p)));
     if !settings.allow_remote {

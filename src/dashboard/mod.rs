@@ -130,8 +130,20 @@ async fn stats(
     ))
 }
 
-async fn policy(State(limiter): State<Limiter>) -> Json<PolicyView> {
-    Json(PolicyView::of(limiter.policy()))
+/// `/api/policy`: the tiers and limits, and beside them (`live`) the
+/// policy's version and how its reloads went.
+#[derive(serde::Serialize)]
+struct PolicyResponse {
+    #[serde(flatten)]
+    view: PolicyView,
+    live: crate::PolicyStatus,
+}
+
+async fn policy(State(limiter): State<Limiter>) -> Json<PolicyResponse> {
+    Json(PolicyResponse {
+        view: PolicyView::of(&limiter.policy()),
+        live: limiter.policy_status(),
+    })
 }
 
 /// This instance's breakers: every configured shard (closed until first
@@ -139,7 +151,7 @@ async fn policy(State(limiter): State<Limiter>) -> Json<PolicyView> {
 async fn breakers(State(limiter): State<Limiter>) -> Json<serde_json::Value> {
     let mut states: serde_json::Map<String, serde_json::Value> = serde_json::Map::new();
     if limiter.store().kind() != "memory" {
-        for shard in crate::telemetry::metrics::configured_shards(limiter.policy()) {
+        for shard in crate::telemetry::metrics::configured_shards(&limiter.policy()) {
             states.insert(shard, "closed".into());
         }
     }

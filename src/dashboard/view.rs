@@ -29,6 +29,10 @@ pub struct DashboardPage {
     refresh_ms: u64,
     /// Set when the fleet view did not answer: since (UTC), and why.
     banner: Option<(String, String)>,
+    /// The policy in force and its reloads (`_policy_status.html`).
+    policy_status: crate::PolicyStatus,
+    /// The latest reload's error, while the latest reload failed.
+    policy_error: Option<String>,
 }
 
 struct RangeLink {
@@ -64,6 +68,11 @@ impl DashboardPage {
     /// The page for `stats` over `range`, drawn at `now` (Unix seconds).
     pub fn new(limiter: &Limiter, stats: FleetStats, range: &'static str, now: u64) -> Self {
         let policy = limiter.policy();
+        let policy_status = limiter.policy_status();
+        let policy_error = policy_status
+            .last_reload
+            .as_ref()
+            .and_then(|r| r.error.clone());
         let outcomes: Vec<&'static str> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
         let counts_of = |per: Option<&BTreeMap<String, u64>>| -> Vec<u64> {
             outcomes
@@ -91,7 +100,7 @@ impl DashboardPage {
             .collect();
         let mut breakers: BTreeMap<String, crate::resilience::BreakerState> = BTreeMap::new();
         if limiter.store().kind() != "memory" {
-            for shard in crate::telemetry::metrics::configured_shards(policy) {
+            for shard in crate::telemetry::metrics::configured_shards(&policy) {
                 breakers.insert(shard, crate::resilience::BreakerState::Closed);
             }
         }
@@ -161,6 +170,8 @@ impl DashboardPage {
                 .as_millis()
                 .clamp(1_000, 5_000) as u64,
             banner,
+            policy_status,
+            policy_error,
         }
     }
 

@@ -71,8 +71,10 @@ where
         let limiter = self.limiter.clone();
         let options = self.options.clone();
         ResponseFuture::new(Box::pin(async move {
+            // One policy for the whole request, whatever reloads meanwhile.
+            let limiter = limiter.snapshot();
             let route = limiter.route_for(req.method().as_str(), routed_path(&req));
-            if limiter.is_exempt(route) {
+            if limiter.is_exempt(route.as_ref()) {
                 return inner.call(req).await;
             }
             let (mut parts, body) = req.into_parts();
@@ -81,7 +83,7 @@ where
                 Err(e) => return Ok(options.refuse(&Refusal::of_identity(&e))),
             };
             let tier = limiter.resolve_tier(&identity, &parts);
-            let decision = limiter.check(&identity, &tier, route).await;
+            let decision = limiter.check(&identity, &tier, route.as_ref()).await;
             if let Some(hook) = &options.on_decision {
                 hook(&decision, &identity);
             }

@@ -17,6 +17,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 
 use super::compiled::{CompiledLimit, CompiledTier};
+use super::live::Live;
 use super::{Decision, LimitReport, Limiter, Source, build};
 use crate::clock::Clock;
 use crate::identity::Identity;
@@ -28,6 +29,7 @@ impl Limiter {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn fallback(
         &self,
+        live: &Live,
         tier: &CompiledTier,
         route: Option<usize>,
         identity: &Identity,
@@ -46,8 +48,7 @@ impl Limiter {
             FailurePolicy::Open | FailurePolicy::Closed => {
                 let allowed = policy == FailurePolicy::Open;
                 let retry = (!allowed).then(|| {
-                    self.inner
-                        .policy
+                    live.policy
                         .resilience
                         .breaker
                         .open
@@ -85,7 +86,7 @@ impl Limiter {
                 }
             }
             FailurePolicy::Local => {
-                let (items, _) = self.inner.compiled.items(tier, route, identity, true);
+                let (items, _) = live.compiled.items(tier, route, identity, true);
                 let local = Batch {
                     items: &items,
                     ..*batch

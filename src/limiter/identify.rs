@@ -5,13 +5,27 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::request::Parts;
 
-use super::Limiter;
+use super::{Limiter, PolicySnapshot};
 use crate::identity::{Identity, IdentityError, client_ip, peer_ip};
 
 /// Set once the missing-peer-address warning has been logged.
 static WARNED_NO_PEER: AtomicBool = AtomicBool::new(false);
 
 impl Limiter {
+    /// The caller of a request under the policy in force now (see
+    /// [`PolicySnapshot::identify`]).
+    pub fn identify(&self, request: &Parts) -> Result<Identity, IdentityError> {
+        self.snapshot().identify(request)
+    }
+
+    /// The tier of `identity` calling with `request`, under the policy in
+    /// force now (see [`PolicySnapshot::resolve_tier`]).
+    pub fn resolve_tier(&self, identity: &Identity, request: &Parts) -> String {
+        self.snapshot().resolve_tier(identity, request)
+    }
+}
+
+impl PolicySnapshot {
     /// The caller of a request, as the layer identifies it: the extractor's
     /// answer, with the client IP attached when the extractor left it out
     /// (so IP-scoped limits hold whatever extractor is plugged in).
@@ -21,7 +35,8 @@ impl Limiter {
     /// anonymous callers apart: they would share one bucket. That is logged
     /// as a warning, once per process.
     pub fn identify(&self, request: &Parts) -> Result<Identity, IdentityError> {
-        let mut identity = self.inner.extractor.extract(request)?;
+        let live = self.live();
+        let mut identity = live.extractor.extract(request)?;
         if identity.ip.is_none() {
             let peer = peer_ip(&request.extensions);
             if peer.is_none() && !WARNED_NO_PEER.swap(true, Ordering::Relaxed) {
@@ -32,7 +47,7 @@ impl Limiter {
                 );
             }
             identity.ip = client_ip(
-                &self.inner.policy.identity.trusted_proxies,
+                &live.policy.identity.trusted_proxies,
                 &request.headers,
                 peer,
             )?;
@@ -43,14 +58,14 @@ impl Limiter {
     /// The tier of `identity` calling with `request`: the resolver's answer
     /// if it names a known tier, else the key-prefix rule.
     pub fn resolve_tier(&self, identity: &Identity, request: &Parts) -> String {
-        let inner = &*self.inner;
-        match inner.resolver.resolve(identity, request) {
-            Some(t) if inner.compiled.tiers.contains_key(&t) => t,
+        let live = self.live();
+        match live.resolver.resolve(identity, request) {
+            Some(t) if live.compiled.tiers.contains_key(&t) => t,
             Some(t) => {
                 tracing::warn!(tier = %t, "tier resolver named an unknown tier; using the key-prefix rule");
-                inner.prefix_resolver.tier_of(identity)
+                live.prefix_resolver.tier_of(identity)
             }
-            None => inner.prefix_resolver.tier_of(identity),
+            None => live.prefix_resolver.tier_of(identity),
         }
     }
 }

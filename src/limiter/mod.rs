@@ -21,7 +21,10 @@ mod compiled;
 mod decision;
 mod fallback;
 mod identify;
+mod live;
 mod metrics_handler;
+mod reload;
+mod snapshot;
 mod store_metrics;
 
 use std::path::Path;
@@ -29,15 +32,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use decision::{Decision, LimitReport, Source};
+pub use live::{PolicyVersion, RouteMatch};
+pub use reload::{PolicyStatus, ReloadAttempt, ReloadError, ReloadOutcome};
+pub use snapshot::PolicySnapshot;
 
-use compiled::{Compiled, CompiledLimit};
+use arc_swap::ArcSwap;
+use compiled::CompiledLimit;
 use fallback::LocalFallback;
+use live::{Live, Plugins};
 use store_metrics::StoreMetrics;
 
 use crate::Error;
 use crate::algorithm::Verdict;
 use crate::clock::{Clock, SystemClock};
-use crate::identity::{HeaderExtractor, Identity, KeyExtractor, PrefixResolver, TierResolver};
+use crate::identity::{Identity, KeyExtractor, TierResolver};
 use crate::policy::{FailurePolicy, Policy};
 use crate::resilience::{Change, ShardBreakers};
 use crate::store::{Batch, Store, StoreDecision};
@@ -51,14 +59,15 @@ pub struct Limiter {
 }
 
 struct Inner {
-    policy: Arc<Policy>,
-    compiled: Compiled,
+    /// The current policy generation; a reload swaps it whole.
+    live: ArcSwap<Live>,
+    /// The resolver and extractor the app plugged in, kept across reloads.
+    plugins: Plugins,
+    /// Where the policy came from, and how its reloads went.
+    reload: reload::ReloadState,
     store: Arc<dyn Store>,
     /// The local fallback's counters, one store per failed shard.
     local: LocalFallback,
-    resolver: Arc<dyn TierResolver>,
-    prefix_resolver: PrefixResolver,
-    extractor: Arc<dyn KeyExtractor>,
     telemetry: Telemetry,
     clock: Arc<dyn Clock>,
     /// One breaker per shard; none for the memory store, which cannot fail.
@@ -69,7 +78,7 @@ impl std::fmt::Debug for Limiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Limiter")
             .field("store", &self.inner.store.kind())
-            .field("tiers", &self.inner.policy.tiers.len())
+            .field("policy", &self.inner.live.load().version)
             .finish()
     }
 }
@@ -82,6 +91,7 @@ pub struct LimiterBuilder {
     extractor: Option<Arc<dyn KeyExtractor>>,
     clock: Arc<dyn Clock>,
     telemetry: Option<Telemetry>,
+    source: reload::Source,
 }
 
 impl LimiterBuilder {
@@ -121,7 +131,7 @@ impl LimiterBuilder {
     /// answer by failure policy until it appears.
     pub async fn build(self) -> Result<Limiter, Error> {
         self.policy.validate()?;
-        let policy = Arc::new(self.policy);
+        let policy = self.policy;
         let store = match self.store {
             Some(s) => s,
             None => open_store(&policy, self.clock.clone()).await?,
@@ -141,23 +151,24 @@ impl LimiterBuilder {
                 policy.store.timeout,
             )
         });
-        let prefix_resolver = PrefixResolver::new(policy.clone());
+        let plugins = Plugins {
+            resolver: self.resolver,
+            extractor: self.extractor,
+        };
+        let max_entries = policy.store.max_entries;
+        let live = Live::new(policy, &plugins);
+        reload::started(&live.version);
+        telemetry.set_policy_version(&live.version);
         Ok(Limiter {
             inner: Arc::new(Inner {
-                compiled: Compiled::new(&policy),
-                local: LocalFallback::new(self.clock.clone(), policy.store.max_entries, observer),
-                resolver: self
-                    .resolver
-                    .unwrap_or_else(|| Arc::new(prefix_resolver.clone())),
-                prefix_resolver,
-                extractor: self
-                    .extractor
-                    .unwrap_or_else(|| Arc::new(HeaderExtractor::new(policy.identity.clone()))),
+                reload: reload::ReloadState::new(self.source, &live.version),
+                live: ArcSwap::from_pointee(live),
+                plugins,
+                local: LocalFallback::new(self.clock.clone(), max_entries, observer),
                 store,
                 telemetry,
                 clock: self.clock,
                 breakers,
-                policy,
             }),
         })
     }
@@ -173,9 +184,14 @@ impl Limiter {
         Self::builder(policy).build().await
     }
 
-    /// Loads a TOML policy file and builds its limiter.
+    /// Loads a TOML policy file and builds its limiter; [`Limiter::reload`]
+    /// re-reads the same file.
     pub async fn from_config_file(path: impl AsRef<Path>) -> Result<Self, Error> {
-        Self::new(Policy::from_toml_file(path)?).await
+        let path = path.as_ref();
+        Self::builder(Policy::from_toml_file(path)?)
+            .with_source_file(path)
+            .build()
+            .await
     }
 
     /// Starts a limiter with custom parts.
@@ -187,12 +203,21 @@ impl Limiter {
             extractor: None,
             clock: Arc::new(SystemClock),
             telemetry: None,
+            source: reload::Source::default(),
         }
     }
 
-    /// The policy.
-    pub fn policy(&self) -> &Policy {
-        &self.inner.policy
+    /// The policy in force now (a reload may replace it at any time: take
+    /// a [`Limiter::snapshot`] to use one policy for a whole request).
+    pub fn policy(&self) -> Arc<Policy> {
+        self.inner.live.load().policy.clone()
+    }
+
+    /// The limiter pinned to the policy in force now: route matching, tier
+    /// resolution and the decision of one request all use that one policy,
+    /// whatever reloads happen meanwhile. One atomic load.
+    pub fn snapshot(&self) -> PolicySnapshot {
+        PolicySnapshot::new(self.clone(), self.inner.live.load_full())
     }
 
     /// The store decisions go to.
@@ -205,9 +230,9 @@ impl Limiter {
         &self.inner.telemetry
     }
 
-    /// The identity extractor.
-    pub fn extractor(&self) -> &Arc<dyn KeyExtractor> {
-        &self.inner.extractor
+    /// The identity extractor of the policy in force now.
+    pub fn extractor(&self) -> Arc<dyn KeyExtractor> {
+        self.inner.live.load().extractor.clone()
     }
 
     /// The clock of the memory store and the local fallback.
@@ -215,28 +240,27 @@ impl Limiter {
         &self.inner.clock
     }
 
-    /// The index of the route rule matching a request, if any.
+    /// The route rule matching a request under the policy in force now, if
+    /// any. The match keeps its policy: [`Limiter::check`] decides under it.
     pub fn route_for(&self, method: &str, path: &str) -> Option<RouteMatch> {
-        self.inner
-            .compiled
-            .route_index(method, path)
-            .map(|index| RouteMatch { index })
+        self.snapshot().route_for(method, path)
     }
 
     /// Whether the matched route is exempt from limiting.
-    pub fn is_exempt(&self, route: Option<RouteMatch>) -> bool {
-        route.is_some_and(|r| self.inner.compiled.routes[r.index].rule.exempt)
+    pub fn is_exempt(&self, route: Option<&RouteMatch>) -> bool {
+        route.is_some_and(RouteMatch::is_exempt)
     }
 
     /// Decides one request of `identity` in `tier` on `route` (cost from the
-    /// route rule, 1 otherwise) and records the event.
+    /// route rule, 1 otherwise) and records the event. With a route, the
+    /// policy that matched it decides; without, the policy in force now.
     pub async fn check(
         &self,
         identity: &Identity,
         tier: &str,
         route: Option<RouteMatch>,
     ) -> Decision {
-        self.run(identity, tier, route, false).await
+        self.snapshot().check(identity, tier, route.as_ref()).await
     }
 
     /// Reports every limit's quota for `identity` without consuming any.
@@ -246,22 +270,24 @@ impl Limiter {
         tier: &str,
         route: Option<RouteMatch>,
     ) -> Decision {
-        self.run(identity, tier, route, true).await
+        self.snapshot().peek(identity, tier, route.as_ref()).await
     }
 
+    /// Decides under one policy generation, `live`, from start to end.
     async fn run(
         &self,
+        live: &Live,
         identity: &Identity,
         tier: &str,
-        route: Option<RouteMatch>,
+        route_idx: Option<usize>,
         peek: bool,
     ) -> Decision {
         let inner = &*self.inner;
-        let c = &inner.compiled;
+        let c = &live.compiled;
         let tier = c
             .tiers
             .get(tier)
-            .or_else(|| c.tiers.get(&inner.policy.identity.default_tier))
+            .or_else(|| c.tiers.get(&live.policy.identity.default_tier))
             .or_else(|| c.tiers.values().next());
         let Some(tier) = tier else {
             // A policy without tiers limits nothing.
@@ -279,7 +305,6 @@ impl Limiter {
                 decided_at: inner.clock.now_us(),
             };
         };
-        let route_idx = route.map(|r| r.index);
         let cost = route_idx.map_or(1, |i| c.routes[i].rule.cost);
         let (items, limits) = c.items(tier, route_idx, identity, false);
         let batch = if peek {
@@ -289,7 +314,7 @@ impl Limiter {
         };
         let failure = route_idx.map_or(c.default_failure, |i| c.routes[i].failure);
 
-        let decision = match self.ask_store(&batch).await {
+        let decision = match self.ask_store(&batch, live.policy.store.timeout).await {
             Ok(d) => {
                 let source = Source::Store {
                     shard: d.shard.clone(),
@@ -299,7 +324,7 @@ impl Limiter {
             Err(f) => {
                 let shard = f.shard.unwrap_or_else(|| "memory".into());
                 let mut d = self.fallback(
-                    tier, route_idx, identity, &batch, shard, f.reason, failure, &limits,
+                    live, tier, route_idx, identity, &batch, shard, f.reason, failure, &limits,
                 );
                 // Failing closed behind an open breaker: retry once it lets a
                 // probe through.
@@ -312,7 +337,7 @@ impl Limiter {
             }
         };
         if !peek {
-            self.record(&decision, route_idx, identity, cost);
+            self.record(live, &decision, route_idx, identity, cost);
         }
         decision
     }
@@ -322,7 +347,11 @@ impl Limiter {
     /// slots). A timed-out call is never retried. On failure: the reason,
     /// how long until an open breaker lets a probe go, and the shard to
     /// blame.
-    async fn ask_store(&self, batch: &Batch<'_>) -> Result<StoreDecision, StoreFailure> {
+    async fn ask_store(
+        &self,
+        batch: &Batch<'_>,
+        budget: Duration,
+    ) -> Result<StoreDecision, StoreFailure> {
         let inner = &*self.inner;
         let mut shards: Vec<Arc<str>> = Vec::with_capacity(1);
         for item in batch.items {
@@ -351,7 +380,6 @@ impl Limiter {
                 }
             }
         }
-        let budget = inner.policy.store.timeout;
         let decide = inner.store.decide(batch);
         // A store without breakers (the memory store) never waits on
         // anything: no timer is needed around it.
@@ -414,8 +442,15 @@ impl Limiter {
             .map_or_else(Vec::new, ShardBreakers::states)
     }
 
-    fn record(&self, d: &Decision, route: Option<usize>, identity: &Identity, cost: u64) {
-        let c = &self.inner.compiled;
+    fn record(
+        &self,
+        live: &Live,
+        d: &Decision,
+        route: Option<usize>,
+        identity: &Identity,
+        cost: u64,
+    ) {
+        let c = &live.compiled;
         // A fallback that counted nothing exceeded nothing.
         let exceeded: Vec<Arc<str>> = d
             .limits
@@ -434,7 +469,7 @@ impl Limiter {
             exceeded,
             outcome: d.outcome,
             shard: d.source.shard().clone(),
-            identity: identity.display(self.inner.policy.telemetry.key_display),
+            identity: identity.display(live.policy.telemetry.key_display),
             cost,
             redis_rtt: d.store_rtt,
             fallback,
@@ -450,12 +485,6 @@ struct StoreFailure {
     breaker_wait: Option<Duration>,
     /// The shard to blame (and to label the fallback with).
     shard: Option<Arc<str>>,
-}
-
-/// A matched route rule (an index into the policy's routes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RouteMatch {
-    index: usize,
 }
 
 fn build(

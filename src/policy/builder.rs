@@ -19,6 +19,7 @@ pub struct PolicyBuilder {
     tiers: Vec<Tier>,
     routes: Vec<RouteRule>,
     partition: Option<f64>,
+    version: Option<String>,
 }
 
 impl PolicyBuilder {
@@ -70,6 +71,12 @@ impl PolicyBuilder {
         self
     }
 
+    /// Names this revision of the policy (`version = "..."` in a file).
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = Some(version.into());
+        self
+    }
+
     /// Validates and scales the policy. The scaled policy is validated
     /// again, so what [`Policy::validate`] (and `ratewatch check-config`)
     /// accepts is exactly what a limiter runs.
@@ -84,6 +91,7 @@ impl PolicyBuilder {
             tiers: self.tiers,
             routes: self.routes,
             partition,
+            version: self.version,
         };
         policy.validate()?;
         if partition < 1.0 {
@@ -125,6 +133,15 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
             "partition".into(),
             format!("must be above 0 and at most 1, got {}", p.partition),
         ));
+    }
+    if let Some(v) = &p.version {
+        let printable = v.chars().all(|c| c.is_ascii_graphic() || c == ' ');
+        if v.is_empty() || v.len() > 64 || !printable {
+            return Err((
+                "version".into(),
+                "must be 1 to 64 printable ASCII characters (it becomes a metric label)".into(),
+            ));
+        }
     }
     if p.store.timeout.is_zero() {
         return Err(("store.timeout_ms".into(), "must be at least 1".into()));

@@ -13,7 +13,8 @@ mod sections;
 use reader::{Source, Table};
 
 /// Top-level keys of a policy file.
-const TOP_LEVEL: [&str; 8] = [
+const TOP_LEVEL: [&str; 9] = [
+    "version",
     "partition",
     "store",
     "resilience",
@@ -121,6 +122,9 @@ impl Policy {
             .identity(sections::identity(root.table("identity")?)?)
             .telemetry(sections::telemetry(root.table("telemetry")?)?)
             .dashboard(sections::dashboard(root.table("dashboard")?)?);
+        if let Some(version) = root.str("version")? {
+            builder = builder.version(version);
+        }
         if let Some(fraction) = root.number("partition")? {
             builder = builder.partition(fraction);
         }

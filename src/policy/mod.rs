@@ -56,6 +56,9 @@ pub struct Policy {
     /// Share of every quota this deployment enforces (a region's share);
     /// 1.0 by default. Already applied to `tiers` and `routes`.
     pub partition: f64,
+    /// The top-level `version = "..."` of the file (free text naming this
+    /// revision of the policy), shown beside its content hash.
+    pub version: Option<String>,
 }
 
 impl Policy {

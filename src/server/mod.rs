@@ -5,6 +5,7 @@
 //! socket; [`serve`] binds it.
 
 mod demo;
+mod reload;
 
 use std::net::SocketAddr;
 
@@ -12,6 +13,7 @@ use axum::Router;
 use axum::routing::{get, post};
 
 pub use demo::spawn_demo_traffic;
+pub use reload::spawn_reloader;
 
 use crate::Limiter;
 

@@ -66,7 +66,11 @@ type SlotMap = BTreeMap<u16, (u16, Arc<str>)>;
 /// slot map and the reload counter.
 #[derive(Clone)]
 pub struct ClusterStore {
-    conn: ClusterConnection,
+    /// The connections decisions use; replaced by a fresh set when a
+    /// probe finds them stale and a fresh set decides.
+    conn: Arc<RwLock<ClusterConnection>>,
+    client: redis::cluster::ClusterClient,
+    config: redis::cluster::ClusterConfig,
     scripts: Arc<Scripts>,
     slots: Arc<RwLock<SlotMap>>,
     refreshing: Arc<AtomicBool>,
@@ -118,13 +122,14 @@ impl ClusterStore {
         let seed = redis::IntoConnectionInfo::into_connection_info(settings.nodes[0].as_str())
             .map(|info| super::redis::host_port(&info))
             .map_err(|e| StoreError::Unavailable(format!("invalid cluster node: {e}")))?;
-        let conn = client.get_pending_async_connection_with_config(
-            redis::cluster::ClusterConfig::new()
-                .set_connection_timeout(settings.timeout.max(Duration::from_millis(200)))
-                .set_response_timeout(settings.timeout),
-        );
+        let config = redis::cluster::ClusterConfig::new()
+            .set_connection_timeout(settings.timeout.max(Duration::from_millis(200)))
+            .set_response_timeout(settings.timeout);
+        let conn = client.get_pending_async_connection_with_config(config.clone());
         let store = Self {
-            conn,
+            conn: Arc::new(RwLock::new(conn)),
+            client,
+            config,
             scripts: Arc::new(Scripts::new()),
             slots: Arc::new(RwLock::new(SlotMap::new())),
             refreshing: Arc::new(AtomicBool::new(false)),
@@ -158,7 +163,7 @@ impl ClusterStore {
 
     /// Reads `CLUSTER SLOTS` into the slot map.
     async fn refresh_slots(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn.read().clone();
         let value: Value = redis::cmd("CLUSTER")
             .arg("SLOTS")
             .query_async(&mut conn)
@@ -203,13 +208,15 @@ impl ClusterStore {
             .expect("some tag hashes into every slot range")
     }
 
-    /// Runs the decide script on `key` through the cluster connections.
-    async fn decide_probe(&self, key: String) -> Result<(), StoreError> {
+    /// Runs the decide script on `key` through `conn`.
+    async fn decide_probe(&self, conn: ClusterConnection, key: &str) -> Result<(), StoreError> {
         let item = super::redis::probe_item(key);
         let batch = Batch::consume(std::slice::from_ref(&item), 1);
         let shard = self.shard_for(&item.key);
         let cmd = script::decide_cmd(&self.scripts, &batch, &[&item]);
-        let value = self.eval(&cmd, &self.scripts.decide, &shard).await?;
+        let value = self
+            .eval_on(conn, &cmd, &self.scripts.decide, &shard)
+            .await?;
         script::parse_reply(&value, 1).map(|_| ())
     }
 
@@ -227,7 +234,17 @@ impl ClusterStore {
         script: &redis::Script,
         shard: &Arc<str>,
     ) -> Result<Value, StoreError> {
-        let mut conn = self.conn.clone();
+        let conn = self.conn.read().clone();
+        self.eval_on(conn, cmd, script, shard).await
+    }
+
+    async fn eval_on(
+        &self,
+        mut conn: ClusterConnection,
+        cmd: &redis::Cmd,
+        script: &redis::Script,
+        shard: &Arc<str>,
+    ) -> Result<Value, StoreError> {
         let first = script::eval(&mut conn, script, cmd, &self.reloads, shard).await;
         let result = match first {
             // While it repairs a lost node's connection, the cluster client
@@ -427,12 +444,16 @@ impl Store for ClusterStore {
     }
 
     /// Re-reads the slot map, then decides a throwaway key in a slot
-    /// `shard` served. A failed try is made once more: the connections
-    /// replace a dead socket after its first error.
+    /// `shard` served, through the connections decisions use. If that
+    /// fails, their sockets or slot map may be stale: a fresh set of
+    /// connections tries, and replaces them if it decides.
     async fn probe(&self, shard: &Arc<str>) -> Result<(), StoreError> {
         let mut ranges = self.ranges_of(shard);
-        self.refresh_slots().await?;
+        // Through stale connections the map may not come; the old ranges
+        // still name a slot to probe.
+        let refreshed = self.refresh_slots().await;
         if ranges.is_empty() {
+            refreshed?;
             ranges = self.ranges_of(shard);
         }
         let Some(&(start, end)) = ranges.first() else {
@@ -440,13 +461,19 @@ impl Store for ClusterStore {
             return Ok(());
         };
         let key = self.probe_key_in(start, end);
-        match self.decide_probe(key.clone()).await {
-            Ok(()) => Ok(()),
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                self.decide_probe(key).await
-            }
+        let current = self.conn.read().clone();
+        if self.decide_probe(current, &key).await.is_ok() {
+            return Ok(());
         }
+        let fresh = self
+            .client
+            .get_async_connection_with_config(self.config.clone())
+            .await
+            .map_err(script::classify)?;
+        self.decide_probe(fresh.clone(), &key).await?;
+        *self.conn.write() = fresh;
+        let _ = self.refresh_slots().await;
+        Ok(())
     }
 
     fn observe(&self, observer: Arc<dyn super::StoreObserver>) {

@@ -212,6 +212,9 @@ pub(crate) struct Flat {
     /// `shard|state` -> instance flushes that saw it (worst state per
     /// flush interval).
     pub breakers: Vec<(String, u64)>,
+    /// `version#hash` of the policy the flushing instance runs -> flushes
+    /// (one per flush), so the fleet view shows which policies are in force.
+    pub policies: Vec<(String, u64)>,
     /// Events the batch holds.
     pub events: u64,
 }
@@ -244,6 +247,7 @@ impl Flat {
             rtt,
             trips,
             breakers,
+            policies: Vec::new(),
             events: b.events,
         }
     }

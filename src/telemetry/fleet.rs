@@ -207,6 +207,24 @@ pub struct FleetStats {
     pub fail_open_rate: f64,
     /// Where this view came from.
     pub source: ViewSource,
+    /// The policies instances ran while flushing in the range, most
+    /// recently seen first: more than one seen lately is a rollout in
+    /// progress (or stuck).
+    pub policies: Vec<PolicySeen>,
+}
+
+/// A policy some instance ran while flushing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct PolicySeen {
+    /// The policy's `version` (empty if it names none).
+    pub version: String,
+    /// Its content hash.
+    pub hash: String,
+    /// Flushes that carried it (one per instance per flush interval with
+    /// traffic).
+    pub flushes: u64,
+    /// Start of the latest bucket it was seen in, Unix seconds.
+    pub last_seen: u64,
 }
 
 fn outcome_map() -> BTreeMap<String, u64> {
@@ -240,6 +258,7 @@ pub(crate) fn merge(
     let mut per_bucket = vec![(0u64, 0u64); starts.len()];
     let mut breakers: BTreeMap<String, Vec<Option<u8>>> = BTreeMap::new();
     let mut fallback_allowed = 0;
+    let mut policies: AHashMap<&str, (u64, u64)> = AHashMap::new();
     for (start, b) in buckets {
         let Some(&slot) = index.get(start) else {
             continue;
@@ -306,7 +325,29 @@ pub(crate) fn merge(
         for (shard, n) in &b.trips {
             *s.breaker_trips.entry(shard.clone()).or_insert(0) += n;
         }
+        for (policy, n) in &b.policies {
+            let seen = policies.entry(policy.as_str()).or_insert((0, 0));
+            seen.0 += n;
+            seen.1 = seen.1.max(*start);
+        }
     }
+    s.policies = policies
+        .into_iter()
+        .map(|(p, (flushes, last_seen))| {
+            let (version, hash) = p.rsplit_once('#').unwrap_or(("", p));
+            PolicySeen {
+                version: version.to_owned(),
+                hash: hash.to_owned(),
+                flushes,
+                last_seen,
+            }
+        })
+        .collect();
+    s.policies.sort_by(|a, b| {
+        b.last_seen
+            .cmp(&a.last_seen)
+            .then_with(|| b.flushes.cmp(&a.flushes))
+    });
     let mut top: Vec<BlockedKey> = top
         .into_iter()
         .map(|(member, blocked)| {

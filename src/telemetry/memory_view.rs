@@ -21,6 +21,7 @@ struct Bucket {
     rtt: AHashMap<String, u64>,
     trips: AHashMap<String, u64>,
     breakers: AHashMap<String, u64>,
+    policies: AHashMap<String, u64>,
 }
 
 /// In-process buckets, keyed by (resolution width, bucket start).
@@ -70,6 +71,7 @@ impl MemoryView {
             add(&mut b.rtt, &flat.rtt);
             add(&mut b.trips, &flat.trips);
             add(&mut b.breakers, &flat.breakers);
+            add(&mut b.policies, &flat.policies);
         }
         buckets.retain(|(secs, start), _| {
             let keep = RESOLUTIONS
@@ -96,6 +98,7 @@ impl MemoryView {
                         rtt: pairs(&b.rtt),
                         trips: pairs(&b.trips),
                         breakers: pairs(&b.breakers),
+                        policies: pairs(&b.policies),
                         events: 0,
                     };
                     (*s, flat)

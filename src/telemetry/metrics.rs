@@ -472,3 +472,74 @@ pub fn register_at_zero(policy: &Policy) {
         }
     }
 }
+
+// The live policy: reloads, the version in force, settings waiting for a
+// restart. Kept apart from the decision metrics above.
+
+/// Policy reloads: counter {result = `ok` | `error`}.
+pub const CONFIG_RELOADS_TOTAL: &str = "ratewatch_config_reloads_total";
+/// 1 if the latest reload applied, 0 if it was refused: gauge.
+pub const CONFIG_LAST_RELOAD_SUCCESSFUL: &str = "ratewatch_config_last_reload_successful";
+/// Settings changed in the policy file that wait for a restart: gauge.
+pub const CONFIG_RESTART_REQUIRED: &str = "ratewatch_config_restart_required";
+/// 1 for the policy in force, 0 for policies it replaced: gauge {version, hash}.
+pub const POLICY_INFO: &str = "ratewatch_policy_info";
+/// Label: a reload's result (`ok`, `error`).
+pub const LABEL_RESULT: &str = "result";
+/// Label: the policy's content hash.
+pub const LABEL_HASH: &str = "hash";
+
+/// Describes the live-policy metrics to the current recorder.
+pub fn describe_policy() {
+    describe_counter!(
+        CONFIG_RELOADS_TOTAL,
+        "Policy reloads, by result (ok, error). A refused reload keeps the previous policy."
+    );
+    describe_gauge!(
+        CONFIG_LAST_RELOAD_SUCCESSFUL,
+        "1 if the latest policy reload applied, 0 if it was refused."
+    );
+    describe_gauge!(
+        CONFIG_RESTART_REQUIRED,
+        "Settings changed in the policy file that only a restart applies (0 when none)."
+    );
+    describe_gauge!(
+        POLICY_INFO,
+        "1 for the policy in force (version and content hash), 0 for the ones it replaced."
+    );
+}
+
+/// The live-policy metrics of a limiter that just started: reload counters
+/// at zero for both results, the policy's info series at 1.
+pub fn init_policy_metrics(version: &str, hash: &str) {
+    for result in ["ok", "error"] {
+        counter!(CONFIG_RELOADS_TOTAL, LABEL_RESULT => result).increment(0);
+    }
+    gauge!(CONFIG_LAST_RELOAD_SUCCESSFUL).set(1.0);
+    gauge!(CONFIG_RESTART_REQUIRED).set(0.0);
+    record_policy_info(None, (version, hash));
+}
+
+/// Counts one reload and sets whether the latest one applied.
+pub fn record_config_reload(ok: bool) {
+    let result = if ok { "ok" } else { "error" };
+    counter!(CONFIG_RELOADS_TOTAL, LABEL_RESULT => result).increment(1);
+    gauge!(CONFIG_LAST_RELOAD_SUCCESSFUL).set(if ok { 1.0 } else { 0.0 });
+}
+
+/// Sets the number of settings waiting for a restart.
+pub fn record_restart_required(settings: usize) {
+    gauge!(CONFIG_RESTART_REQUIRED).set(settings as f64);
+}
+
+/// Moves `ratewatch_policy_info` from `old` (set to 0: the exporter cannot
+/// drop a series) to `new` (set to 1), each `(version, hash)`.
+pub fn record_policy_info(old: Option<(&str, &str)>, new: (&str, &str)) {
+    if let Some((version, hash)) = old {
+        gauge!(POLICY_INFO, LABEL_VERSION => version.to_owned(), LABEL_HASH => hash.to_owned())
+            .set(0.0);
+    }
+    let (version, hash) = new;
+    gauge!(POLICY_INFO, LABEL_VERSION => version.to_owned(), LABEL_HASH => hash.to_owned())
+        .set(1.0);
+}

@@ -62,8 +62,8 @@ pub use aggregate::FAIL_CLOSED;
 pub use aggregate::MAX_SERIES;
 pub use event::{Event, FallbackReason, Outcome};
 pub use fleet::{
-    BlockedKey, FleetStats, HotKey, HotShard, RESOLUTIONS, Resolution, RttSeries, RttStats,
-    Unavailable, ViewSource, quantile,
+    BlockedKey, FleetStats, HotKey, HotShard, PolicySeen, RESOLUTIONS, Resolution, RttSeries,
+    RttStats, Unavailable, ViewSource, quantile,
 };
 pub use metrics::{DropReason, RttOp, render};
 #[cfg(feature = "redis-store")]
@@ -138,6 +138,9 @@ struct Inner {
     /// interleave.
     flushing: tokio::sync::Mutex<()>,
     closed: AtomicBool,
+    /// `version#hash` of the policy in force, carried by every flush so the
+    /// fleet view shows which instances run which policy.
+    policy: Mutex<Option<Arc<str>>>,
 }
 
 /// What one pipeline holds until its next flush.
@@ -250,6 +253,7 @@ impl Telemetry {
             settings: settings.clone(),
             flushing: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
+            policy: Mutex::new(None),
         });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(flush_loop(Arc::downgrade(&inner), settings.flush_interval));
@@ -269,6 +273,15 @@ impl Telemetry {
     /// Counts a breaker trip in Prometheus and in the fleet view.
     pub fn record_breaker_trip(&self, shard: &str) {
         metrics::record_breaker_trip(shard);
+    }
+
+    /// Flushes the current aggregate into the fleet view now.
+    /// Names the policy this instance runs in the fleet view from the next
+    /// flush on.
+    pub fn set_policy_version(&self, version: &crate::limiter::PolicyVersion) {
+        if let Some(inner) = &self.inner {
+            *inner.policy.lock() = Some(format!("{}#{}", version.version, version.hash).into());
+        }
     }
 
     /// Flushes the current aggregate into the fleet view now.
@@ -313,9 +326,12 @@ impl Inner {
         let _one_at_a_time = self.flushing.lock().await;
         let batch = std::mem::replace(&mut *self.batch.lock(), Batch::new(self.settings.top_keys));
         metrics::record_dropped(DropReason::Overflow, batch.overflow);
-        let flat = Flat::from_batch(batch, aggregate::take_trips(), aggregate::take_breakers());
+        let mut flat = Flat::from_batch(batch, aggregate::take_trips(), aggregate::take_breakers());
         if flat.is_empty() {
             return;
+        }
+        if let Some(policy) = self.policy.lock().clone() {
+            flat.policies.push((policy.to_string(), 1));
         }
         let now = unix_now();
         self.local.apply(now, &flat);

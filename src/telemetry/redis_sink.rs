@@ -207,11 +207,12 @@ impl RedisSink {
         // Keep a bucket until its whole span is older than the retention.
         let ttl = (res.keep + res.secs) as i64;
         let mut p = redis::pipe();
-        let parts: [(&str, &[(String, u64)]); 4] = [
+        let parts: [(&str, &[(String, u64)]); 5] = [
             ("c", &flat.counters),
             ("rtt", &flat.rtt),
             ("trips", &flat.trips),
             ("brk", &flat.breakers),
+            ("pol", &flat.policies),
         ];
         for (part, fields) in parts {
             if fields.is_empty() {
@@ -325,7 +326,8 @@ impl RedisSink {
             .zrevrange_withscores(self.target.key(res, start, "hot"), 0, last)
             .hgetall(self.target.key(res, start, "rtt"))
             .hgetall(self.target.key(res, start, "trips"))
-            .hgetall(self.target.key(res, start, "brk"));
+            .hgetall(self.target.key(res, start, "brk"))
+            .hgetall(self.target.key(res, start, "pol"));
         type Row = (
             HashMap<String, u64>,
             Vec<(String, f64)>,
@@ -333,8 +335,9 @@ impl RedisSink {
             HashMap<String, u64>,
             HashMap<String, u64>,
             HashMap<String, u64>,
+            HashMap<String, u64>,
         );
-        let (c, top, hot, rtt, trips, brk): Row = conn.query(&p).await?;
+        let (c, top, hot, rtt, trips, brk, pol): Row = conn.query(&p).await?;
         let scores = |v: Vec<(String, f64)>| -> Vec<(String, u64)> {
             v.into_iter().map(|(k, s)| (k, s.max(0.0) as u64)).collect()
         };
@@ -347,6 +350,7 @@ impl RedisSink {
                 rtt: rtt.into_iter().collect(),
                 trips: trips.into_iter().collect(),
                 breakers: brk.into_iter().collect(),
+                policies: pol.into_iter().collect(),
                 events: 0,
             },
         ))

@@ -460,6 +460,8 @@ pub struct Ratewatch {
     /// Its port on 127.0.0.1.
     pub port: u16,
     child: Child,
+    /// Its stderr (the log), when started with [`Ratewatch::start_logged`].
+    log: Option<tempfile::NamedTempFile>,
 }
 
 impl Ratewatch {
@@ -478,17 +480,46 @@ impl Ratewatch {
         config: Option<&Path>,
         env: &[(&str, &str)],
     ) -> Self {
+        Self::spawn(host, command, config, env, &[], None)
+    }
+
+    /// Like [`Ratewatch::start`], with extra arguments, keeping its log
+    /// (`RUST_LOG=info`) for [`Ratewatch::log`].
+    pub fn start_logged(
+        command: &str,
+        config: Option<&Path>,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Self {
+        let log = tempfile::NamedTempFile::new().expect("log file");
+        Self::spawn("127.0.0.1", command, config, env, args, Some(log))
+    }
+
+    fn spawn(
+        host: &str,
+        command: &str,
+        config: Option<&Path>,
+        env: &[(&str, &str)],
+        args: &[&str],
+        log: Option<tempfile::NamedTempFile>,
+    ) -> Self {
         let port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratewatch"));
         cmd.arg(command);
         if let Some(c) = config {
             cmd.arg("--config").arg(c);
         }
+        let stderr = match &log {
+            Some(f) => Stdio::from(f.reopen().expect("reopen log")),
+            None => Stdio::null(),
+        };
         cmd.args(["--listen", &format!("{host}:{port}")])
-            .env("RUST_LOG", "warn")
+            .args(args)
+            .env("RUST_LOG", if log.is_some() { "info" } else { "warn" })
+            .env("NO_COLOR", "1")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(stderr);
         let child = cmd.spawn().expect("start ratewatch");
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -498,7 +529,25 @@ impl Ratewatch {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Self { port, child }
+        Self { port, child, log }
+    }
+
+    /// What it logged so far (empty unless started with
+    /// [`Ratewatch::start_logged`]).
+    pub fn log(&self) -> String {
+        self.log
+            .as_ref()
+            .and_then(|f| std::fs::read_to_string(f.path()).ok())
+            .unwrap_or_default()
+    }
+
+    /// Sends it `signal` (`HUP`, `TERM` ...).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
     }
 
     /// `http://127.0.0.1:port`.
@@ -658,4 +707,21 @@ pub fn screenshot(url: &str, file: &Path, width: u32, height: u32) {
         "chromium took no screenshot: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Polls `probe` every 50 ms until it returns `Some`, for at most
+/// `within`; panics with `what` otherwise.
+pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

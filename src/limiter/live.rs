@@ -1,0 +1,165 @@
+//! The live policy: everything derived from a policy, as one immutable
+//! generation behind an atomic pointer.
+//!
+//! A reload builds a whole new [`Live`] (policy, compiled tiers and
+//! routes, tier resolver, identity extractor, version) off the hot path and
+//! swaps it in with one atomic store. A request loads the pointer once
+//! ([`crate::Limiter::snapshot`]) and is decided entirely under that
+//! generation, from route matching to its headers: a [`RouteMatch`] carries
+//! the generation it indexes, so it can never be read against another.
+//! In-flight requests keep their generation alive until they finish.
+
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use super::compiled::Compiled;
+use crate::identity::{HeaderExtractor, KeyExtractor, PrefixResolver, TierResolver};
+use crate::policy::Policy;
+
+/// A policy's identity: the optional `version` the file names and a hash
+/// of its content.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PolicyVersion {
+    /// The top-level `version = "..."` of the file, or empty.
+    pub version: String,
+    /// 12 hex digits of the SHA-256 of the policy as applied (comments and
+    /// layout do not change it; the dashboard token is left out).
+    pub hash: String,
+}
+
+impl PolicyVersion {
+    /// The version of `policy`.
+    pub fn of(policy: &Policy) -> Self {
+        let mut canonical = policy.clone();
+        // A metric label must not help anyone guess the dashboard token.
+        canonical.dashboard.token = canonical.dashboard.token.map(|_| String::new());
+        canonical.version = None;
+        let digest = Sha256::digest(format!("{canonical:?}").as_bytes());
+        let hash = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+        Self {
+            version: policy.version.clone().unwrap_or_default(),
+            hash,
+        }
+    }
+}
+
+impl std::fmt::Display for PolicyVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.version.is_empty() {
+            write!(f, "#{}", self.hash)
+        } else {
+            write!(f, "{} (#{})", self.version, self.hash)
+        }
+    }
+}
+
+/// The parts an embedding app plugged in, which outlive every reload.
+#[derive(Clone, Default)]
+pub(crate) struct Plugins {
+    pub(crate) resolver: Option<Arc<dyn TierResolver>>,
+    pub(crate) extractor: Option<Arc<dyn KeyExtractor>>,
+}
+
+/// One generation of the policy and everything derived from it.
+pub(crate) struct Live {
+    pub(crate) policy: Arc<Policy>,
+    pub(crate) compiled: Compiled,
+    pub(crate) resolver: Arc<dyn TierResolver>,
+    pub(crate) prefix_resolver: PrefixResolver,
+    pub(crate) extractor: Arc<dyn KeyExtractor>,
+    pub(crate) version: PolicyVersion,
+}
+
+impl Live {
+    /// Derives every part from a validated `policy`.
+    pub(crate) fn new(policy: Policy, plugins: &Plugins) -> Self {
+        let policy = Arc::new(policy);
+        let prefix_resolver = PrefixResolver::new(policy.clone());
+        Self {
+            compiled: Compiled::new(&policy),
+            resolver: plugins
+                .resolver
+                .clone()
+                .unwrap_or_else(|| Arc::new(prefix_resolver.clone())),
+            prefix_resolver,
+            extractor: plugins
+                .extractor
+                .clone()
+                .unwrap_or_else(|| Arc::new(HeaderExtractor::new(policy.identity.clone()))),
+            version: PolicyVersion::of(&policy),
+            policy,
+        }
+    }
+}
+
+/// A matched route rule: an index into the routes of the generation that
+/// matched it, which it keeps alive.
+#[derive(Clone)]
+pub struct RouteMatch {
+    pub(crate) index: usize,
+    pub(crate) live: Arc<Live>,
+}
+
+impl RouteMatch {
+    /// The rule's pattern (its metric label).
+    pub fn label(&self) -> &str {
+        &self.live.compiled.routes[self.index].label
+    }
+
+    /// Whether the rule is exempt from limiting.
+    pub fn is_exempt(&self) -> bool {
+        self.live.compiled.routes[self.index].rule.exempt
+    }
+}
+
+impl std::fmt::Debug for RouteMatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteMatch")
+            .field("route", &self.label())
+            .field("policy", &self.live.version.hash)
+            .finish()
+    }
+}
+
+impl PartialEq for RouteMatch {
+    fn eq(&self, other: &Self) -> bool {
+        self.index == other.index && Arc::ptr_eq(&self.live, &other.live)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = r#"
+version = "7"
+[dashboard]
+token = "secret-1"
+[[tiers]]
+name = "free"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 10, refill_per_second = 1 }]
+[[tiers]]
+name = "anonymous"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }]
+"#;
+
+    fn version_of(text: &str) -> PolicyVersion {
+        PolicyVersion::of(&Policy::from_toml_str(text, None).unwrap())
+    }
+
+    #[test]
+    fn the_hash_follows_the_rules_not_the_layout_the_version_or_the_token() {
+        let base = version_of(FILE);
+        assert_eq!(base.version, "7");
+        assert_eq!(base.hash.len(), 12);
+        let relaid = FILE.replace("[[tiers]]", "# a comment\n\n[[tiers]]");
+        assert_eq!(version_of(&relaid), base);
+        let renamed = version_of(&FILE.replace("version = \"7\"", "version = \"8\""));
+        assert_eq!((renamed.version.as_str(), &renamed.hash), ("8", &base.hash));
+        let token = version_of(&FILE.replace("secret-1", "secret-2"));
+        assert_eq!(token.hash, base.hash);
+        let tighter = version_of(&FILE.replace("capacity = 10", "capacity = 9"));
+        assert_ne!(tighter.hash, base.hash);
+    }
+}

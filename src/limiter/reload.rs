@@ -1,0 +1,346 @@
+//! Reloading the policy: [`Limiter::reload`] re-reads the file the limiter
+//! was built from, [`Limiter::replace_policy`] takes a policy built in
+//! code. Either validates the new policy completely before anything
+//! changes, so an invalid one never replaces a valid one: the old policy
+//! keeps serving and the error (file, line, field) is logged, counted and
+//! shown by [`Limiter::policy_status`].
+//!
+//! Settings that cannot change in a running process ([`RESTART_REQUIRED`])
+//! keep their running values; a new value is reported as needing a
+//! restart (log, `ratewatch_config_restart_required`, dashboard), never
+//! half-applied.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use super::live::{Live, PolicyVersion};
+use super::{Limiter, LimiterBuilder};
+use crate::policy::{ConfigError, Policy};
+use crate::telemetry::{metrics, unix_now};
+
+/// The settings a reload cannot apply (they shape connections, breakers,
+/// or background tasks built at start-up), as config fields.
+pub(crate) const RESTART_REQUIRED: [&str; 8] = [
+    "store.kind",
+    "store.url",
+    "store.nodes",
+    "store.key_prefix",
+    "store.max_entries",
+    "resilience.breaker",
+    "telemetry.flush_interval_ms",
+    "telemetry.top_keys",
+];
+
+/// A hook applied to every policy read from the source file (the
+/// `ratewatch` binary applies its environment overrides with it).
+pub(crate) type Adjust = Arc<dyn Fn(Policy) -> Result<Policy, ConfigError> + Send + Sync>;
+
+/// Where the limiter's policy came from, so a reload can read it again.
+#[derive(Clone, Default)]
+pub(crate) struct Source {
+    path: Option<PathBuf>,
+    adjust: Option<Adjust>,
+}
+
+/// Why a reload did not apply a new policy. The old policy keeps serving.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReloadError {
+    /// The limiter was not built from a file: there is nothing to re-read
+    /// (use [`Limiter::replace_policy`]).
+    #[error("the policy was not loaded from a file; there is nothing to reload")]
+    NoSource,
+    /// The new policy is invalid (the error names file, line and field).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+/// What a successful reload did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReloadOutcome {
+    /// Whether the policy in force changed (an identical file changes
+    /// nothing and keeps every counter and pinned snapshot as it was).
+    pub changed: bool,
+    /// The version in force after the reload.
+    pub version: PolicyVersion,
+    /// Settings whose new value waits for a restart (`store.kind`,
+    /// `store.url`, `store.nodes`, `store.key_prefix`, `store.max_entries`,
+    /// `resilience.breaker`,
+    /// `telemetry.flush_interval_ms`, `telemetry.top_keys`).
+    pub restart_required: Vec<String>,
+}
+
+/// One reload attempt, for the dashboard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReloadAttempt {
+    /// When, in Unix seconds.
+    pub at_unix: u64,
+    /// Whether the new policy was accepted.
+    pub ok: bool,
+    /// Why not (file, line, field and what would be valid).
+    pub error: Option<String>,
+}
+
+/// The policy in force and how its reloads went: what the dashboard and
+/// `/api/ratelimit/status` show.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PolicyStatus {
+    /// The file's `version`, or empty.
+    pub version: String,
+    /// The content hash of the policy in force.
+    pub hash: String,
+    /// The file reloads read, if any.
+    pub source: Option<String>,
+    /// When the policy in force was applied, in Unix seconds.
+    pub applied_at_unix: u64,
+    /// The latest reload attempt, if any.
+    pub last_reload: Option<ReloadAttempt>,
+    /// Settings changed in the source that wait for a restart.
+    pub restart_required: Vec<String>,
+    /// Reloads that applied (or confirmed) a policy.
+    pub reloads_ok: u64,
+    /// Reloads refused because the new policy was invalid.
+    pub reloads_failed: u64,
+}
+
+/// The limiter's reload bookkeeping.
+pub(crate) struct ReloadState {
+    source: Source,
+    /// Held for a whole reload, so two reloads never interleave their
+    /// compare and swap.
+    status: Mutex<PolicyStatus>,
+}
+
+impl ReloadState {
+    pub(crate) fn new(source: Source, version: &PolicyVersion) -> Self {
+        Self {
+            status: Mutex::new(PolicyStatus {
+                version: version.version.clone(),
+                hash: version.hash.clone(),
+                source: source.path.as_ref().map(|p| p.display().to_string()),
+                applied_at_unix: unix_now(),
+                last_reload: None,
+                restart_required: Vec::new(),
+                reloads_ok: 0,
+                reloads_failed: 0,
+            }),
+            source,
+        }
+    }
+}
+
+/// Sets the policy metrics of a limiter that just started with `version`:
+/// both reload results at zero, the info series at 1.
+pub(crate) fn started(version: &PolicyVersion) {
+    metrics::describe_policy();
+    metrics::init_policy_metrics(&version.version, &version.hash);
+}
+
+impl LimiterBuilder {
+    /// Remembers the file the policy was read from, so [`Limiter::reload`]
+    /// can read it again.
+    pub fn with_source_file(mut self, path: impl AsRef<Path>) -> Self {
+        self.source.path = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// Passes every policy a reload reads from the source file through
+    /// `adjust` (overrides from the environment, such as
+    /// [`Policy::with_env`]); the result is validated again.
+    pub fn with_policy_adjust(
+        mut self,
+        adjust: impl Fn(Policy) -> Result<Policy, ConfigError> + Send + Sync + 'static,
+    ) -> Self {
+        self.source.adjust = Some(Arc::new(adjust));
+        self
+    }
+}
+
+impl Limiter {
+    /// Re-reads the policy file the limiter was built from and, if it is
+    /// valid, swaps it in atomically: requests already in flight finish
+    /// under the old policy, later ones run under the new. Counters of
+    /// limits that keep their name, scope and algorithm carry on.
+    ///
+    /// On error the old policy keeps serving; the error is logged, counted
+    /// in `ratewatch_config_reloads_total{result="error"}` and shown in
+    /// [`Limiter::policy_status`].
+    ///
+    /// It reads the file with a plain blocking read (a policy is small);
+    /// from async code on a busy runtime, call it in `spawn_blocking` as the
+    /// `ratewatch` server does.
+    pub fn reload(&self) -> Result<ReloadOutcome, ReloadError> {
+        let source = &self.inner.reload.source;
+        let Some(path) = &source.path else {
+            return Err(ReloadError::NoSource);
+        };
+        let read = Policy::from_toml_file(path).and_then(|policy| match &source.adjust {
+            Some(adjust) => {
+                let policy = adjust(policy)?;
+                policy.validate()?;
+                Ok(policy)
+            }
+            None => Ok(policy),
+        });
+        match read {
+            Ok(policy) => Ok(self.apply(policy)),
+            Err(e) => Err(self.refuse(e)),
+        }
+    }
+
+    /// Validates `policy` and, if it is valid, swaps it in as
+    /// [`Limiter::reload`] does.
+    pub fn replace_policy(&self, policy: Policy) -> Result<ReloadOutcome, ReloadError> {
+        match policy.validate() {
+            Ok(()) => Ok(self.apply(policy)),
+            Err(e) => Err(self.refuse(e)),
+        }
+    }
+
+    /// The policy in force, its version, and how reloads went.
+    pub fn policy_status(&self) -> PolicyStatus {
+        self.inner.reload.status.lock().clone()
+    }
+
+    fn apply(&self, policy: Policy) -> ReloadOutcome {
+        let mut status = self.inner.reload.status.lock();
+        let current = self.inner.live.load_full();
+        let (policy, restart_required) = keep_restart_settings(&current.policy, policy);
+        if !restart_required.is_empty() {
+            tracing::warn!(
+                settings = %restart_required.join(", "),
+                "policy reload: these settings changed but need a restart; they keep their running values"
+            );
+        }
+        let changed = policy != *current.policy;
+        if changed {
+            let live = Live::new(policy, &self.inner.plugins);
+            // New tiers, routes and limits get their series at zero too.
+            metrics::register_at_zero(&live.policy);
+            let old = &current.version;
+            let new = live.version.clone();
+            metrics::record_policy_info(Some((&old.version, &old.hash)), (&new.version, &new.hash));
+            self.inner.telemetry.set_policy_version(&new);
+            self.inner.live.store(Arc::new(live));
+            tracing::info!(from = %old, to = %new, "policy reloaded");
+            status.version = new.version;
+            status.hash = new.hash;
+            status.applied_at_unix = unix_now();
+        } else {
+            tracing::info!(version = %current.version, "policy reload: nothing changed");
+        }
+        status.last_reload = Some(ReloadAttempt {
+            at_unix: unix_now(),
+            ok: true,
+            error: None,
+        });
+        status.reloads_ok += 1;
+        status.restart_required = restart_required.clone();
+        metrics::record_config_reload(true);
+        metrics::record_restart_required(restart_required.len());
+        ReloadOutcome {
+            changed,
+            version: self.inner.live.load().version.clone(),
+            restart_required,
+        }
+    }
+
+    fn refuse(&self, error: ConfigError) -> ReloadError {
+        let mut status = self.inner.reload.status.lock();
+        tracing::error!(error = %error, "policy reload failed; the previous policy keeps serving");
+        status.last_reload = Some(ReloadAttempt {
+            at_unix: unix_now(),
+            ok: false,
+            error: Some(error.to_string()),
+        });
+        status.reloads_failed += 1;
+        metrics::record_config_reload(false);
+        ReloadError::Config(error)
+    }
+}
+
+/// `new` with every [`RESTART_REQUIRED`] setting of `running`, and the
+/// names of those that differed.
+fn keep_restart_settings(running: &Policy, mut new: Policy) -> (Policy, Vec<String>) {
+    let mut changed = Vec::new();
+    let mut keep = |name: &str, differs: bool| {
+        if differs {
+            changed.push(name.to_owned());
+        }
+    };
+    let (r, n) = (&running.store, &mut new.store);
+    keep(RESTART_REQUIRED[0], r.kind != n.kind);
+    keep(RESTART_REQUIRED[1], r.url != n.url);
+    keep(RESTART_REQUIRED[2], r.nodes != n.nodes);
+    keep(RESTART_REQUIRED[3], r.key_prefix != n.key_prefix);
+    keep(RESTART_REQUIRED[4], r.max_entries != n.max_entries);
+    n.kind = r.kind;
+    n.max_entries = r.max_entries;
+    n.url.clone_from(&r.url);
+    n.nodes.clone_from(&r.nodes);
+    n.key_prefix.clone_from(&r.key_prefix);
+    keep(
+        RESTART_REQUIRED[5],
+        running.resilience.breaker != new.resilience.breaker,
+    );
+    new.resilience.breaker = running.resilience.breaker;
+    let (r, n) = (&running.telemetry, &mut new.telemetry);
+    keep(RESTART_REQUIRED[6], r.flush_interval != n.flush_interval);
+    keep(RESTART_REQUIRED[7], r.top_keys != n.top_keys);
+    n.flush_interval = r.flush_interval;
+    n.top_keys = r.top_keys;
+    (new, changed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Limit, StoreKind, Tier};
+
+    fn policy(capacity: u64) -> Policy {
+        Policy::builder()
+            .tier(Tier::new("free").limit(Limit::token_bucket("burst", capacity, 1.0)))
+            .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn restart_settings_keep_their_running_values_and_are_named() {
+        let running = policy(5);
+        let mut new = policy(7);
+        new.store.kind = StoreKind::Redis;
+        new.store.url = Some("redis://127.0.0.1:1".into());
+        new.store.key_prefix = "other".into();
+        new.store.timeout = std::time::Duration::from_millis(9);
+        new.telemetry.top_keys = 3;
+        let (kept, changed) = keep_restart_settings(&running, new);
+        assert_eq!(
+            changed,
+            [
+                "store.kind",
+                "store.url",
+                "store.key_prefix",
+                "telemetry.top_keys"
+            ]
+        );
+        assert_eq!(kept.store.kind, StoreKind::Memory);
+        assert_eq!(kept.store.url, None);
+        assert_eq!(kept.store.key_prefix, "rw");
+        assert_eq!(kept.telemetry.top_keys, running.telemetry.top_keys);
+        // Live settings do apply.
+        assert_eq!(kept.store.timeout, std::time::Duration::from_millis(9));
+        assert_eq!(kept.tiers, policy(7).tiers);
+    }
+
+    #[test]
+    fn an_unchanged_policy_needs_no_restart() {
+        let (kept, changed) = keep_restart_settings(&policy(5), policy(5));
+        assert!(changed.is_empty());
+        assert_eq!(kept, policy(5));
+    }
+}
