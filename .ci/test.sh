@@ -21,6 +21,8 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
+# The lean library an embedding app gets with default-features = false.
+cargo clippy --lib --no-default-features -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --no-fail-fast --config-file .ci/nextest.toml
 else

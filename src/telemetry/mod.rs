@@ -132,6 +132,8 @@ struct Inner {
     /// This instance's view, kept whatever the sink.
     local: MemoryView,
     /// Since when, and why, the fleet view in Redis has not answered.
+    // Only a Redis fleet view can be unavailable.
+    #[cfg_attr(not(feature = "redis-store"), allow(dead_code))]
     unavailable: Mutex<Option<Unavailable>>,
     settings: TelemetrySettings,
     /// Serialises flushes: the periodic task and `shutdown` never
