@@ -72,9 +72,16 @@ fn main() {
             serve::serve(variant, port, &args[3..]);
         }
         Some("check") => {
-            // `check SECS`: only `Limiter::check` on one hot key, for a profiler.
+            // `check SECS [THREADS] [off]`: only `Limiter::check` on one hot
+            // key (fleet view on, or off), for a profiler.
             let secs = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(5.0);
-            let ops = inproc::Contenders::hot().measure(inproc::Who::Ratewatch, false, 1, secs);
+            let threads = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
+            let who = if args.get(3).is_some_and(|a| a == "off") {
+                inproc::Who::RatewatchNoTelemetry
+            } else {
+                inproc::Who::Ratewatch
+            };
+            let ops = inproc::Contenders::hot().measure(who, false, threads, secs);
             println!("{ops:.0} decisions/s");
         }
         Some("run") | None => run(parse(&args)),

@@ -45,6 +45,7 @@ mod memory_view;
 pub mod metrics;
 #[cfg(feature = "redis-store")]
 mod redis_sink;
+mod sharded;
 mod topk;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,7 +57,7 @@ use parking_lot::Mutex;
 #[cfg(feature = "redis-store")]
 use crate::policy::StoreKind;
 use crate::policy::{StoreSettings, TelemetrySettings};
-use aggregate::{Batch, Flat};
+use aggregate::Flat;
 use memory_view::MemoryView;
 
 pub use aggregate::FAIL_CLOSED;
@@ -128,7 +129,7 @@ enum Sink {
 }
 
 struct Inner {
-    batch: Mutex<Batch>,
+    batch: sharded::ShardedBatch,
     sink: Sink,
     /// This instance's view, kept whatever the sink.
     local: MemoryView,
@@ -249,7 +250,7 @@ impl Telemetry {
             }
         };
         let inner = Arc::new(Inner {
-            batch: Mutex::new(Batch::new(settings.top_keys)),
+            batch: sharded::ShardedBatch::new(settings.top_keys),
             sink,
             local,
             unavailable: Mutex::new(None),
@@ -269,7 +270,7 @@ impl Telemetry {
     pub fn record(&self, event: &Event) {
         metrics::record_event(event);
         if let Some(inner) = &self.inner {
-            inner.batch.lock().add(event);
+            inner.batch.add(event);
         }
     }
 
@@ -306,14 +307,9 @@ impl Telemetry {
 
     /// What waits for the next flush; bounded whatever the traffic.
     pub fn backlog(&self) -> Backlog {
-        self.inner.as_ref().map_or(Backlog::default(), |i| {
-            let b = i.batch.lock();
-            Backlog {
-                events: b.events,
-                series: b.counters.len(),
-                identities: b.top.len(),
-            }
-        })
+        self.inner
+            .as_ref()
+            .map_or(Backlog::default(), |i| i.batch.backlog())
     }
 
     /// A reader of the fleet view this pipeline writes.
@@ -327,7 +323,7 @@ impl Telemetry {
 impl Inner {
     async fn flush(&self) {
         let _one_at_a_time = self.flushing.lock().await;
-        let batch = std::mem::replace(&mut *self.batch.lock(), Batch::new(self.settings.top_keys));
+        let batch = self.batch.take();
         metrics::record_dropped(DropReason::Overflow, batch.overflow);
         let mut flat = Flat::from_batch(batch, aggregate::take_trips(), aggregate::take_breakers());
         if flat.is_empty() {
