@@ -10,6 +10,7 @@ command -v redis-server >/dev/null || missing+=(redis-server)
 command -v redis-cli >/dev/null || missing+=(redis-tools)
 command -v promtool >/dev/null || missing+=(prometheus)
 command -v chromium >/dev/null || missing+=(chromium)
+command -v openssl >/dev/null || missing+=(openssl)
 if ((${#missing[@]})); then
   echo "installing: ${missing[*]}"
   sudo=""
@@ -20,6 +21,8 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
+# The lean library an embedding app gets with default-features = false.
+cargo clippy --lib --no-default-features -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --no-fail-fast --config-file .ci/nextest.toml
 else

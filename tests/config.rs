@@ -277,7 +277,7 @@ fn unknown_key_in_a_section_names_the_allowed_keys_and_a_near_one() {
     assert_says(
         &msg,
         &[
-            "kind, url, nodes, timeout_ms, key_prefix",
+            "kind, url, nodes, master_name, sentinels, username, password, tls_ca_file, tls_cert_file, tls_key_file, timeout_ms, key_prefix, max_entries",
             "did you mean `timeout_ms`",
         ],
     );

@@ -46,9 +46,9 @@ use crate::Error;
 use crate::algorithm::Verdict;
 use crate::clock::{Clock, SystemClock};
 use crate::identity::{Identity, KeyExtractor, TierResolver};
-use crate::policy::{FailurePolicy, Policy, StoreKind};
+use crate::policy::{FailurePolicy, Policy};
 use crate::resilience::{Change, ShardBreakers};
-use crate::store::{Batch, MemoryStore, Store, StoreDecision};
+use crate::store::{Batch, Store, StoreDecision};
 use crate::telemetry::{Event, FallbackReason, Outcome, Telemetry};
 
 /// A rate limiter: a policy, a store and the telemetry around them.
@@ -143,8 +143,14 @@ impl LimiterBuilder {
         // After the recorder: the store's counts exist at zero from here on.
         let observer: Arc<dyn crate::store::StoreObserver> = Arc::new(StoreMetrics);
         store.observe(observer.clone());
-        let breakers =
-            (store.kind() != "memory").then(|| ShardBreakers::new(policy.resilience.breaker));
+        let breakers = (store.kind() != "memory").then(|| {
+            ShardBreakers::with_probes(
+                policy.resilience.breaker,
+                self.clock.clone(),
+                store.clone(),
+                policy.store.timeout,
+            )
+        });
         let plugins = Plugins {
             resolver: self.resolver,
             extractor: self.extractor,
@@ -169,25 +175,7 @@ impl LimiterBuilder {
 }
 
 async fn open_store(policy: &Policy, clock: Arc<dyn Clock>) -> Result<Arc<dyn Store>, Error> {
-    match policy.store.kind {
-        StoreKind::Memory => Ok(Arc::new(
-            MemoryStore::with_clock(clock).with_max_entries(policy.store.max_entries),
-        )),
-        #[cfg(feature = "redis-store")]
-        StoreKind::Redis => Ok(Arc::new(
-            crate::store::RedisStore::connect(&policy.store).await?,
-        )),
-        #[cfg(feature = "redis-store")]
-        StoreKind::RedisCluster => Ok(Arc::new(
-            crate::store::ClusterStore::connect(&policy.store).await?,
-        )),
-        #[cfg(not(feature = "redis-store"))]
-        StoreKind::Redis | StoreKind::RedisCluster => {
-            Err(Error::Store(crate::store::StoreError::Unavailable(
-                "this build of ratewatch has no Redis store (feature `redis-store`)".into(),
-            )))
-        }
-    }
+    Ok(crate::store::open(&policy.store, clock).await?)
 }
 
 impl Limiter {
@@ -372,18 +360,17 @@ impl Limiter {
                 shards.push(shard);
             }
         }
+        // Guards, not bare permits: if this future is dropped (client gone,
+        // timeout around the service) or panics before reporting, each
+        // permit goes back, so a probe is never lost.
         let mut permits = Vec::with_capacity(shards.len());
         if let Some(b) = &inner.breakers {
             for shard in &shards {
-                match b.acquire(shard, inner.clock.now_us()) {
+                match b.enter(shard) {
                     Ok(p) => permits.push(p),
                     Err(refused) => {
-                        // The call will not be made: shards that granted a
-                        // permit (perhaps their probe) get it back.
-                        let now = inner.clock.now_us();
-                        for (granted, permit) in shards.iter().zip(permits) {
-                            b.release(granted, permit, now);
-                        }
+                        // The call will not be made: the permits granted so
+                        // far (perhaps a probe) go back as they are dropped.
                         return Err(StoreFailure {
                             reason: FallbackReason::BreakerOpen,
                             breaker_wait: Some(Duration::from_micros(refused.retry_after_us)),
@@ -414,35 +401,30 @@ impl Limiter {
             }
             Err(_) => Err((FallbackReason::Timeout, None)),
         };
-        if let Some(b) = &inner.breakers {
-            let now = inner.clock.now_us();
-            for (shard, permit) in shards.iter().zip(permits) {
-                // A failure the store pinned on one shard counts against that
-                // shard only; the others' permits go back unreported (their
-                // part may or may not have answered). An unattributed failure
-                // counts against every shard asked.
-                let ok = match &result {
-                    Ok(_) => true,
-                    Err((_, Some(failed))) if failed != shard => {
-                        b.release(shard, permit, now);
-                        continue;
-                    }
-                    Err(_) => false,
-                };
-                match b.report(shard, permit, ok, now) {
-                    Change::Tripped(trip) => {
-                        inner.telemetry.record_breaker_trip(shard);
-                        tracing::warn!(%shard, reason = ?trip.reason, "circuit breaker opened");
-                    }
-                    Change::Closed => {
-                        // Back to the store after a successful probe. The
-                        // local fallback keeps its counts: they expire on
-                        // their own windows, so a breaker that flaps does
-                        // not hand out a fresh local share each time.
-                        tracing::info!(%shard, "circuit breaker closed");
-                    }
-                    Change::None => {}
+        for permit in permits {
+            let shard = permit.shard().clone();
+            // A failure the store pinned on one shard counts against that
+            // shard only; the others' permits go back unreported (their
+            // part may or may not have answered). An unattributed failure
+            // counts against every shard asked.
+            let ok = match &result {
+                Ok(_) => true,
+                Err((_, Some(failed))) if *failed != shard => continue,
+                Err(_) => false,
+            };
+            match permit.report(ok) {
+                Change::Tripped(trip) => {
+                    inner.telemetry.record_breaker_trip(&shard);
+                    tracing::warn!(%shard, reason = ?trip.reason, "circuit breaker opened");
                 }
+                Change::Closed => {
+                    // Back to the store after a successful probe. The
+                    // local fallback keeps its counts: they expire on
+                    // their own windows, so a breaker that flaps does
+                    // not hand out a fresh local share each time.
+                    tracing::info!(%shard, "circuit breaker closed");
+                }
+                Change::None => {}
             }
         }
         result.map_err(|(reason, failed)| StoreFailure {

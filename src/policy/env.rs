@@ -4,7 +4,8 @@
 //! - `RATEWATCH_CONFIG`: the policy file [`Policy::from_env`] loads.
 //! - `RATEWATCH_REDIS_URL`: the Redis to decide against. One URL turns a
 //!   `memory` or `redis` policy into `kind = "redis"` with that `url`; a
-//!   comma-separated list replaces the `nodes` of a `redis-cluster` policy.
+//!   comma-separated list replaces the `nodes` of a `redis-cluster` policy
+//!   or the `sentinels` of a `redis-sentinel` one.
 //!
 //! ```
 //! use ratewatch::policy::{Policy, StoreKind};
@@ -60,6 +61,7 @@ impl Policy {
             }
             match self.store.kind {
                 StoreKind::RedisCluster => self.store.nodes = urls,
+                StoreKind::RedisSentinel => self.store.sentinels = urls,
                 _ if urls.len() > 1 => {
                     return Err(env_error(
                         REDIS_URL_VAR,
@@ -114,6 +116,17 @@ mod tests {
             .unwrap();
         assert_eq!(p.store.kind, StoreKind::RedisCluster);
         assert_eq!(p.store.nodes, ["redis://b:1", "redis://c:1"]);
+    }
+
+    #[test]
+    fn a_sentinel_policy_takes_the_list_as_its_sentinels() {
+        let p = base(
+            "[store]\nkind = \"redis-sentinel\"\nmaster_name = \"m\"\nsentinels = [\"redis://a:1\"]",
+        )
+        .with_env_from(env("redis://b:26379,redis://c:26379"))
+        .unwrap();
+        assert_eq!(p.store.kind, StoreKind::RedisSentinel);
+        assert_eq!(p.store.sentinels, ["redis://b:26379", "redis://c:26379"]);
     }
 
     #[test]

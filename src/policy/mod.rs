@@ -31,7 +31,7 @@ pub use route::{RouteRule, path_matches};
 pub use settings::{
     AnonymousMode, BreakerSettings, DEFAULT_MAX_ENTRIES, DEFAULT_REDIS_URL, DashboardSettings,
     FailurePolicy, IdentitySettings, IpNet, KeyDisplay, ResilienceSettings, StoreKind,
-    StoreSettings, TelemetrySettings, canonical_net as settings_canonical_net,
+    StoreSettings, TelemetrySettings, TlsFiles, canonical_net as settings_canonical_net,
     ip_in as settings_ip_in,
 };
 pub use tier::Tier;

@@ -2,6 +2,7 @@
 //! telemetry, dashboard. Defaults are those of the embedded memory store.
 
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Which store decides.
@@ -14,6 +15,21 @@ pub enum StoreKind {
     Redis,
     /// A Redis Cluster.
     RedisCluster,
+    /// The master of a Redis Sentinel deployment, found through the
+    /// sentinels and followed across failovers.
+    RedisSentinel,
+}
+
+impl StoreKind {
+    /// The config spelling, also what `Store::kind` answers.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreKind::Memory => "memory",
+            StoreKind::Redis => "redis",
+            StoreKind::RedisCluster => "redis-cluster",
+            StoreKind::RedisSentinel => "redis-sentinel",
+        }
+    }
 }
 
 /// The Redis a `redis` store without `url` connects to.
@@ -31,8 +47,8 @@ pub const DEFAULT_MAX_ENTRIES: usize = 1_750_000;
 /// nothing a machine holds.
 pub(crate) const MAX_ENTRIES_BOUNDS: (u64, u64) = (1_000, 1_000_000_000);
 
-/// `[store]`.
-#[derive(Debug, Clone, PartialEq)]
+/// `[store]`. Its `Debug` output hides the password.
+#[derive(Clone, PartialEq)]
 pub struct StoreSettings {
     /// Which store.
     pub kind: StoreKind,
@@ -40,6 +56,18 @@ pub struct StoreSettings {
     pub url: Option<String>,
     /// Cluster seed nodes (`redis-cluster` kind).
     pub nodes: Vec<String>,
+    /// The monitored master's name (`redis-sentinel` kind).
+    pub master_name: Option<String>,
+    /// Sentinel URLs (`redis-sentinel` kind). Credentials in a URL are the
+    /// sentinel's own; `rediss://` sentinels mean a TLS master too.
+    pub sentinels: Vec<String>,
+    /// ACL user for the master a sentinel names (`redis-sentinel` kind;
+    /// the other kinds carry credentials in their URLs).
+    pub username: Option<String>,
+    /// Password for the master a sentinel names (`redis-sentinel` kind).
+    pub password: Option<String>,
+    /// TLS files for `rediss://` URLs (feature `tls`).
+    pub tls: TlsFiles,
     /// Budget of one decision; past it the failure policy answers.
     pub timeout: Duration,
     /// Prefix of every Redis key.
@@ -49,12 +77,55 @@ pub struct StoreSettings {
     pub max_entries: usize,
 }
 
+impl std::fmt::Debug for StoreSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreSettings")
+            .field("kind", &self.kind)
+            .field("url", &self.url)
+            .field("nodes", &self.nodes)
+            .field("master_name", &self.master_name)
+            .field("sentinels", &self.sentinels)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
+            .field("timeout", &self.timeout)
+            .field("key_prefix", &self.key_prefix)
+            .field("max_entries", &self.max_entries)
+            .finish()
+    }
+}
+
+/// `[store] tls_ca_file`, `tls_cert_file`, `tls_key_file`: what a
+/// `rediss://` connection trusts and, for mutual TLS, presents. Without a
+/// CA file the system's roots are trusted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// PEM file of the CA certificates to trust instead of the system roots.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate chain (mutual TLS); needs `key_file`.
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file`.
+    pub key_file: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    /// Whether any file is set.
+    pub fn is_set(&self) -> bool {
+        self.ca_file.is_some() || self.cert_file.is_some() || self.key_file.is_some()
+    }
+}
+
 impl Default for StoreSettings {
     fn default() -> Self {
         Self {
             kind: StoreKind::Memory,
             url: None,
             nodes: Vec::new(),
+            master_name: None,
+            sentinels: Vec::new(),
+            username: None,
+            password: None,
+            tls: TlsFiles::default(),
             timeout: Duration::from_millis(50),
             key_prefix: "rw".into(),
             max_entries: DEFAULT_MAX_ENTRIES,

@@ -24,6 +24,12 @@
 //! HalfOpen when [`Breaker::acquire`] is called after the cooldown, so
 //! [`Breaker::state`] reads Open until the next call is attempted.
 //!
+//! A breaker made [`Breaker::health_checked`] never lets a request probe:
+//! the half-open probe is a health check run outside any request
+//! ([`Breaker::acquire_probe`]), so no client's request is spent finding
+//! out that the shard is back. Should no health check come (no runtime to
+//! run it), a request may probe once the check is a whole cooldown late.
+//!
 //! With `failure_ratio = 1.0` the ratio rule is off: a window of nothing but
 //! failures is a run of consecutive failures, which the `failures` rule
 //! already covers.
@@ -148,6 +154,8 @@ pub struct Breaker {
     /// Outcomes of the last `window` calls while closed, `true` = failed.
     recent: VecDeque<bool>,
     recent_failures: u32,
+    /// Probes are health checks; requests probe only when one is overdue.
+    health_checked: bool,
 }
 
 impl Breaker {
@@ -165,6 +173,37 @@ impl Breaker {
             consecutive: 0,
             recent: VecDeque::with_capacity(if ratio.is_some() { window } else { 0 }),
             recent_failures: 0,
+            health_checked: false,
+        }
+    }
+
+    /// The same breaker whose probes are health checks taken with
+    /// [`Breaker::acquire_probe`]: a request is refused until a health
+    /// check closed the breaker, unless that check is a cooldown late.
+    pub fn health_checked(mut self) -> Self {
+        self.health_checked = true;
+        self
+    }
+
+    /// When the next probe is due: `None` while closed.
+    pub fn next_probe_at(&self) -> Option<Micros> {
+        match self.inner {
+            Inner::Closed => None,
+            Inner::Open { until } => Some(until),
+            Inner::HalfOpen { probe_since } => Some(probe_since.saturating_add(self.open_us)),
+        }
+    }
+
+    /// Leave to run the half-open probe at `now` as a health check: `Some`
+    /// once the cooldown has passed (or the probe in flight is a cooldown
+    /// old), `None` while closed or not yet due.
+    pub fn acquire_probe(&mut self, now: Micros) -> Option<Permit> {
+        match self.next_probe_at() {
+            Some(at) if now >= at => {
+                self.enter(Inner::HalfOpen { probe_since: now });
+                Some(self.permit(true))
+            }
+            _ => None,
         }
     }
 
@@ -185,6 +224,16 @@ impl Breaker {
                 state: BreakerState::Open,
                 retry_after_us: until - now,
             }),
+            // The health check is due or running: requests wait for it,
+            // unless it is a whole cooldown late.
+            Inner::Open { until }
+                if self.health_checked && now < until.saturating_add(self.open_us) =>
+            {
+                Err(Refused {
+                    state: BreakerState::Open,
+                    retry_after_us: until.saturating_add(self.open_us) - now,
+                })
+            }
             Inner::HalfOpen { probe_since } if now < probe_since.saturating_add(self.open_us) => {
                 Err(Refused {
                     state: BreakerState::HalfOpen,
@@ -336,6 +385,52 @@ mod tests {
         b.release(probe, 1_000_002);
         let again = b.acquire(1_000_003).expect("a new probe may go at once");
         assert!(again.is_probe());
+    }
+
+    #[test]
+    fn a_health_checked_breaker_lets_no_request_probe_while_the_check_is_due() {
+        let mut b = Breaker::new(settings(1, 1.0, 20)).health_checked();
+        assert!(
+            b.acquire_probe(T0).is_none(),
+            "nothing to probe while closed"
+        );
+        fail(&mut b, T0);
+        assert_eq!(b.next_probe_at(), Some(T0 + OPEN));
+        assert!(b.acquire_probe(T0 + OPEN - 1).is_none(), "not yet due");
+        assert!(
+            b.acquire(T0 + OPEN).is_err(),
+            "a request never takes the probe"
+        );
+        let check = b.acquire_probe(T0 + OPEN).expect("the check is due");
+        assert!(check.is_probe());
+        assert!(b.acquire(T0 + OPEN + 1).is_err());
+        assert!(
+            b.acquire_probe(T0 + OPEN + 1).is_none(),
+            "one check at a time"
+        );
+        assert!(b.on_success(check, T0 + OPEN + 2).is_some());
+        assert!(b.acquire(T0 + OPEN + 3).is_ok_and(|p| !p.is_probe()));
+    }
+
+    #[test]
+    fn a_health_check_given_back_is_due_again_at_once() {
+        let mut b = Breaker::new(settings(1, 1.0, 20)).health_checked();
+        fail(&mut b, T0);
+        let check = b.acquire_probe(T0 + OPEN).expect("due");
+        b.release(check, T0 + OPEN + 5);
+        assert_eq!(b.next_probe_at(), Some(T0 + OPEN + 5));
+        assert!(b.acquire_probe(T0 + OPEN + 5).is_some());
+    }
+
+    #[test]
+    fn a_request_probes_when_the_health_check_is_a_cooldown_late() {
+        let mut b = Breaker::new(settings(1, 1.0, 20)).health_checked();
+        fail(&mut b, T0);
+        assert!(b.acquire(T0 + 2 * OPEN - 1).is_err());
+        let p = b
+            .acquire(T0 + 2 * OPEN)
+            .expect("no check came: a request probes");
+        assert!(p.is_probe());
     }
 
     fn settings(failures: u32, failure_ratio: f64, window: u32) -> BreakerSettings {

@@ -6,6 +6,13 @@
 //! passed, and closes again when the probe succeeds. It is a pure state
 //! machine: every method takes `now`, so tests drive it without a clock.
 //!
+//! On a store that can probe (the Redis stores), [`ShardBreakers`] probe in
+//! the background: the half-open probe is a health check on a fresh
+//! connection, never a client's request, so recovery takes one cooldown
+//! plus one round trip after Redis is back. Requests hold their permits as
+//! [`PermitGuard`]s, which give the permit back if the request's future is
+//! dropped, times out or panics.
+//!
 //! ```
 //! use std::time::Duration;
 //! use ratewatch::policy::BreakerSettings;
@@ -29,7 +36,10 @@
 //! ```
 
 mod breaker;
+mod permit;
+mod probe;
 mod shards;
 
 pub use breaker::{Breaker, BreakerState, Permit, Refused, Transition, Trip, TripReason};
+pub use permit::PermitGuard;
 pub use shards::{Change, ShardBreakers};

@@ -1,14 +1,22 @@
 //! One breaker per shard, shared by every request of a limiter, each behind
 //! its own short lock. Breakers appear as shards are first seen.
+//!
+//! Built [`ShardBreakers::with_probes`] on a store that probes, the
+//! breakers are health-checked: when one opens, a background task (see
+//! `probe.rs`) runs the store's probe once per cooldown until it succeeds,
+//! and requests never probe.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
+use super::permit::PermitGuard;
 use super::{Breaker, BreakerState, Permit, Refused, Trip};
-use crate::clock::Micros;
+use crate::clock::{Clock, Micros, SystemClock};
 use crate::policy::BreakerSettings;
+use crate::store::Store;
 use crate::telemetry::metrics;
 
 /// What a report changed.
@@ -23,33 +31,109 @@ pub enum Change {
     Closed,
 }
 
-/// The breakers of every shard.
-#[derive(Debug)]
+/// The breakers of every shard. Cheap to clone; clones share the breakers.
+#[derive(Clone)]
 pub struct ShardBreakers {
+    pub(super) shared: Arc<Shared>,
+}
+
+pub(super) struct Shared {
     settings: BreakerSettings,
+    pub(super) clock: Arc<dyn Clock>,
     breakers: RwLock<HashMap<Arc<str>, Arc<Mutex<Breaker>>>>,
+    /// The store whose probe closes the breakers, and the budget of one probe.
+    pub(super) prober: Option<(Arc<dyn Store>, Duration)>,
+    /// Shards whose probe task is running.
+    pub(super) probing: Mutex<HashSet<Arc<str>>>,
+}
+
+impl std::fmt::Debug for ShardBreakers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardBreakers")
+            .field("settings", &self.shared.settings)
+            .field("health_checked", &self.shared.prober.is_some())
+            .field("states", &self.states())
+            .finish()
+    }
+}
+
+/// The budget of one health probe: a fresh connection, perhaps a script
+/// load, and one decision, so a few decision budgets, never so short that a
+/// loaded machine fails a healthy Redis.
+fn probe_budget(decision_timeout: Duration) -> Duration {
+    (decision_timeout * 4).max(Duration::from_millis(250))
 }
 
 impl ShardBreakers {
-    /// Breakers with `settings`.
+    /// Breakers with `settings`, on the system clock, probed by requests.
     pub fn new(settings: BreakerSettings) -> Self {
+        Self::build(settings, Arc::new(SystemClock), None)
+    }
+
+    /// Breakers with `settings` on `clock`. If `store` probes
+    /// ([`Store::probes`]), an open breaker is closed by the store's probe,
+    /// run in the background once per cooldown; otherwise requests probe.
+    /// `decision_timeout` (the store's budget for one decision) sizes the
+    /// probe's budget.
+    pub fn with_probes(
+        settings: BreakerSettings,
+        clock: Arc<dyn Clock>,
+        store: Arc<dyn Store>,
+        decision_timeout: Duration,
+    ) -> Self {
+        // A probe never outlives the cooldown, or a request would take it
+        // for lost and probe in its place.
+        let budget = probe_budget(decision_timeout).min(settings.open.max(decision_timeout));
+        let prober = store.probes().then_some((store, budget));
+        Self::build(settings, clock, prober)
+    }
+
+    fn build(
+        settings: BreakerSettings,
+        clock: Arc<dyn Clock>,
+        prober: Option<(Arc<dyn Store>, Duration)>,
+    ) -> Self {
         Self {
-            settings,
-            breakers: RwLock::new(HashMap::new()),
+            shared: Arc::new(Shared {
+                settings,
+                clock,
+                breakers: RwLock::new(HashMap::new()),
+                prober,
+                probing: Mutex::new(HashSet::new()),
+            }),
         }
     }
 
+    /// Now, on the breakers' clock.
+    pub fn now(&self) -> Micros {
+        self.shared.clock.now_us()
+    }
+
     fn breaker(&self, shard: &Arc<str>) -> Arc<Mutex<Breaker>> {
-        if let Some(b) = self.breakers.read().get(shard) {
+        if let Some(b) = self.shared.breakers.read().get(shard) {
             return b.clone();
         }
-        let mut map = self.breakers.write();
+        let mut map = self.shared.breakers.write();
         map.entry(shard.clone())
             .or_insert_with(|| {
                 metrics::record_breaker_state(shard, BreakerState::Closed.as_gauge());
-                Arc::new(Mutex::new(Breaker::new(self.settings)))
+                let breaker = Breaker::new(self.shared.settings);
+                let breaker = if self.shared.prober.is_some() {
+                    breaker.health_checked()
+                } else {
+                    breaker
+                };
+                Arc::new(Mutex::new(breaker))
             })
             .clone()
+    }
+
+    /// Leave to call `shard` now, as a guard that gives the permit back if
+    /// it is dropped unreported (the request's future was dropped, timed
+    /// out or panicked), so a probe is never lost.
+    pub fn enter(&self, shard: &Arc<str>) -> Result<PermitGuard, Refused> {
+        let permit = self.acquire(shard, self.now())?;
+        Ok(PermitGuard::new(self.clone(), shard.clone(), permit))
     }
 
     /// Leave to call `shard` at `now`, or why not.
@@ -63,6 +147,21 @@ impl ShardBreakers {
             metrics::record_breaker_state(shard, after.as_gauge());
         }
         permit
+    }
+
+    /// Leave to run `shard`'s health check now, if it is due.
+    pub(super) fn acquire_probe(&self, shard: &Arc<str>) -> Option<PermitGuard> {
+        let breaker = self.breaker(shard);
+        let mut b = breaker.lock();
+        let permit = b.acquire_probe(self.now())?;
+        metrics::record_breaker_state(shard, b.state().as_gauge());
+        drop(b);
+        Some(PermitGuard::new(self.clone(), shard.clone(), permit))
+    }
+
+    /// When `shard`'s next probe is due (`None`: closed).
+    pub(super) fn next_probe_at(&self, shard: &Arc<str>) -> Option<Micros> {
+        self.breaker(shard).lock().next_probe_at()
     }
 
     /// Gives back a permit whose call was not made.
@@ -80,7 +179,7 @@ impl ShardBreakers {
     pub fn report(&self, shard: &Arc<str>, permit: Permit, ok: bool, now: Micros) -> Change {
         let breaker = self.breaker(shard);
         let mut b = breaker.lock();
-        if ok {
+        let change = if ok {
             match b.on_success(permit, now) {
                 Some(t) if t.to == BreakerState::Closed => {
                     metrics::record_breaker_state(shard, t.to.as_gauge());
@@ -100,12 +199,18 @@ impl ShardBreakers {
                 }
                 None => Change::None,
             }
+        };
+        drop(b);
+        if let Change::Tripped(_) = change {
+            super::probe::start(self, shard);
         }
+        change
     }
 
     /// Every known shard and its breaker's state, sorted by shard.
     pub fn states(&self) -> Vec<(Arc<str>, BreakerState)> {
         let mut out: Vec<_> = self
+            .shared
             .breakers
             .read()
             .iter()

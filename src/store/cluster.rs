@@ -10,6 +10,13 @@
 //! `shard_for` names the master serving a key's slot from a slot map read
 //! with `CLUSTER SLOTS` at start-up and re-read in the background after a
 //! failed call (a moved slot or a lost node), never per request.
+//!
+//! When a master is lost and its replica promoted, that master's breaker
+//! opens; its half-open probe re-reads the slot map and runs the decide
+//! script, through the same connections decisions use, on a throwaway key
+//! in a slot the lost master served. It succeeds once the promoted replica
+//! decides there (the script reloaded after `NOSCRIPT`), and the slots'
+//! identities, now labelled with the new master, decide exactly again.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -59,13 +66,18 @@ type SlotMap = BTreeMap<u16, (u16, Arc<str>)>;
 /// slot map and the reload counter.
 #[derive(Clone)]
 pub struct ClusterStore {
-    conn: ClusterConnection,
+    /// The connections decisions use; replaced by a fresh set when a
+    /// probe finds them stale and a fresh set decides.
+    conn: Arc<RwLock<ClusterConnection>>,
+    client: redis::cluster::ClusterClient,
+    config: redis::cluster::ClusterConfig,
     scripts: Arc<Scripts>,
     slots: Arc<RwLock<SlotMap>>,
     refreshing: Arc<AtomicBool>,
     seed: Arc<str>,
     timeout: Duration,
     reloads: Arc<ReloadCounter>,
+    prefix: Arc<str>,
 }
 
 impl std::fmt::Debug for ClusterStore {
@@ -87,7 +99,17 @@ impl ClusterStore {
                 "a redis-cluster store needs at least one node in `store.nodes`".into(),
             ));
         }
-        let client = redis::cluster::ClusterClient::builder(settings.nodes.clone())
+        let builder = redis::cluster::ClusterClient::builder(settings.nodes.clone());
+        #[cfg(feature = "tls")]
+        let builder = match super::tls::certificates(&settings.tls)? {
+            Some(certs) => builder.certs(certs),
+            None => builder,
+        };
+        #[cfg(not(feature = "tls"))]
+        if settings.nodes.iter().any(|n| n.starts_with("rediss://")) {
+            return Err(super::tls::no_tls());
+        }
+        let client = builder
             .connection_timeout(settings.timeout.max(Duration::from_millis(200)))
             .response_timeout(settings.timeout)
             .overall_response_timeout(Some(settings.timeout))
@@ -100,19 +122,21 @@ impl ClusterStore {
         let seed = redis::IntoConnectionInfo::into_connection_info(settings.nodes[0].as_str())
             .map(|info| super::redis::host_port(&info))
             .map_err(|e| StoreError::Unavailable(format!("invalid cluster node: {e}")))?;
-        let conn = client.get_pending_async_connection_with_config(
-            redis::cluster::ClusterConfig::new()
-                .set_connection_timeout(settings.timeout.max(Duration::from_millis(200)))
-                .set_response_timeout(settings.timeout),
-        );
+        let config = redis::cluster::ClusterConfig::new()
+            .set_connection_timeout(settings.timeout.max(Duration::from_millis(200)))
+            .set_response_timeout(settings.timeout);
+        let conn = client.get_pending_async_connection_with_config(config.clone());
         let store = Self {
-            conn,
+            conn: Arc::new(RwLock::new(conn)),
+            client,
+            config,
             scripts: Arc::new(Scripts::new()),
             slots: Arc::new(RwLock::new(SlotMap::new())),
             refreshing: Arc::new(AtomicBool::new(false)),
             seed: seed.into(),
             timeout: settings.timeout,
             reloads: Arc::new(ReloadCounter::default()),
+            prefix: settings.key_prefix.as_str().into(),
         };
         // A reachable cluster has its map before the first request; an
         // unreachable one gets it after the first failure.
@@ -139,7 +163,7 @@ impl ClusterStore {
 
     /// Reads `CLUSTER SLOTS` into the slot map.
     async fn refresh_slots(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn.read().clone();
         let value: Value = redis::cmd("CLUSTER")
             .arg("SLOTS")
             .query_async(&mut conn)
@@ -166,6 +190,36 @@ impl ClusterStore {
         });
     }
 
+    /// The slot ranges `master` serves in the current map.
+    fn ranges_of(&self, master: &str) -> Vec<(u16, u16)> {
+        self.slots
+            .read()
+            .iter()
+            .filter(|(_, (_, m))| &**m == master)
+            .map(|(&start, &(end, _))| (start, end))
+            .collect()
+    }
+
+    /// A throwaway key whose slot lies in `start..=end`.
+    fn probe_key_in(&self, start: u16, end: u16) -> String {
+        (0u32..)
+            .map(|n| format!("{}:{{health:{n}}}:probe", self.prefix))
+            .find(|k| (start..=end).contains(&slot_of(k)))
+            .expect("some tag hashes into every slot range")
+    }
+
+    /// Runs the decide script on `key` through `conn`.
+    async fn decide_probe(&self, conn: ClusterConnection, key: &str) -> Result<(), StoreError> {
+        let item = super::redis::probe_item(key);
+        let batch = Batch::consume(std::slice::from_ref(&item), 1);
+        let shard = self.shard_for(&item.key);
+        let cmd = script::decide_cmd(&self.scripts, &batch, &[&item]);
+        let value = self
+            .eval_on(conn, &cmd, &self.scripts.decide, &shard)
+            .await?;
+        script::parse_reply(&value, 1).map(|_| ())
+    }
+
     fn master_of(&self, slot: u16) -> Option<Arc<str>> {
         let map = self.slots.read();
         map.range(..=slot)
@@ -180,16 +234,35 @@ impl ClusterStore {
         script: &redis::Script,
         shard: &Arc<str>,
     ) -> Result<Value, StoreError> {
-        let mut conn = self.conn.clone();
-        script::eval(&mut conn, script, cmd, &self.reloads, shard)
-            .await
-            .map_err(|e| {
-                // A moved slot or a lost node: the map may be stale.
-                if !script::is_noscript(&e) {
-                    self.refresh_later();
-                }
-                script::classify(e)
-            })
+        let conn = self.conn.read().clone();
+        self.eval_on(conn, cmd, script, shard).await
+    }
+
+    async fn eval_on(
+        &self,
+        mut conn: ClusterConnection,
+        cmd: &redis::Cmd,
+        script: &redis::Script,
+        shard: &Arc<str>,
+    ) -> Result<Value, StoreError> {
+        let first = script::eval(&mut conn, script, cmd, &self.reloads, shard).await;
+        let result = match first {
+            // While it repairs a lost node's connection, the cluster client
+            // may hand a command for a healthy slot to another node, dead or
+            // alive. A command that never ran cannot have charged anything,
+            // so sending it once more cannot charge twice.
+            Err(e) if never_delivered(&e) => {
+                script::eval(&mut conn, script, cmd, &self.reloads, shard).await
+            }
+            other => other,
+        };
+        result.map_err(|e| {
+            // A moved slot or a lost node: the map may be stale.
+            if !script::is_noscript(&e) {
+                self.refresh_later();
+            }
+            script::classify(e)
+        })
     }
 
     async fn decide_group(
@@ -293,6 +366,25 @@ impl ClusterStore {
     }
 }
 
+/// Whether `e` says the command never ran: the connection was refused or
+/// not there, the client found it already closed when it came to write
+/// (redis-rs reports that as a bare broken pipe; its io error is not
+/// reachable through `source`, hence the text), or a node refused it
+/// without running it (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`,
+/// `MASTERDOWN`), as happens while the client repairs its view of a lost
+/// node and sends a command to the wrong one.
+fn never_delivered(e: &redis::RedisError) -> bool {
+    use redis::ServerErrorKind as S;
+    matches!(
+        e.kind(),
+        redis::ErrorKind::ClusterConnectionNotFound
+            | redis::ErrorKind::Server(
+                S::Moved | S::Ask | S::TryAgain | S::ClusterDown | S::MasterDown
+            )
+    ) || e.is_connection_refusal()
+        || (e.is_io_error() && e.to_string().to_ascii_lowercase().contains("broken pipe"))
+}
+
 /// Parses a `CLUSTER SLOTS` reply: `[[start, end, [host, port, id], ...], ...]`.
 fn parse_slots(value: &Value) -> Result<SlotMap, StoreError> {
     let bad = || StoreError::Protocol("unexpected CLUSTER SLOTS reply".into());
@@ -345,6 +437,43 @@ impl Store for ClusterStore {
 
     fn kind(&self) -> &'static str {
         "redis-cluster"
+    }
+
+    fn probes(&self) -> bool {
+        true
+    }
+
+    /// Re-reads the slot map, then decides a throwaway key in a slot
+    /// `shard` served, through the connections decisions use. If that
+    /// fails, their sockets or slot map may be stale: a fresh set of
+    /// connections tries, and replaces them if it decides.
+    async fn probe(&self, shard: &Arc<str>) -> Result<(), StoreError> {
+        let mut ranges = self.ranges_of(shard);
+        // Through stale connections the map may not come; the old ranges
+        // still name a slot to probe.
+        let refreshed = self.refresh_slots().await;
+        if ranges.is_empty() {
+            refreshed?;
+            ranges = self.ranges_of(shard);
+        }
+        let Some(&(start, end)) = ranges.first() else {
+            // Not a master before or now: nothing routes to it.
+            return Ok(());
+        };
+        let key = self.probe_key_in(start, end);
+        let current = self.conn.read().clone();
+        if self.decide_probe(current, &key).await.is_ok() {
+            return Ok(());
+        }
+        let fresh = self
+            .client
+            .get_async_connection_with_config(self.config.clone())
+            .await
+            .map_err(script::classify)?;
+        self.decide_probe(fresh.clone(), &key).await?;
+        *self.conn.write() = fresh;
+        let _ = self.refresh_slots().await;
+        Ok(())
     }
 
     fn observe(&self, observer: Arc<dyn super::StoreObserver>) {

@@ -3,8 +3,9 @@
 //!
 //! - [`MemoryStore`]: in process, sharded, TTL-evicted, capped at
 //!   `max_entries` (the embedded default).
-//! - `RedisStore` / `ClusterStore` (feature `redis-store`): one EVALSHA of
-//!   the `lua/` scripts per request, on the Redis clock.
+//! - `RedisStore` / `ClusterStore` / `SentinelStore` (feature
+//!   `redis-store`): one EVALSHA of the `lua/` scripts per request, on the
+//!   Redis clock; `rediss://` with the feature `tls`.
 //!
 //! ```
 //! # tokio_test_block_on(async {
@@ -30,6 +31,10 @@ mod memory;
 mod redis;
 #[cfg(feature = "redis-store")]
 mod script;
+#[cfg(feature = "redis-store")]
+mod sentinel;
+#[cfg(feature = "redis-store")]
+pub(crate) mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,9 +46,12 @@ pub use memory::MemoryStore;
 pub use self::redis::{DEFAULT_URL as DEFAULT_REDIS_URL, RedisStore};
 #[cfg(feature = "redis-store")]
 pub use cluster::{ClusterStore, slot_of};
+#[cfg(feature = "redis-store")]
+pub use sentinel::SentinelStore;
 
 use crate::algorithm::{Algorithm, Verdict};
-use crate::clock::Micros;
+use crate::clock::{Clock, Micros};
+use crate::policy::{StoreKind, StoreSettings};
 
 /// One limit to decide: its full key and its algorithm.
 #[derive(Debug, Clone, PartialEq)]
@@ -140,8 +148,24 @@ pub trait Store: Send + Sync + 'static {
     /// The shard that would decide `key` (for breakers and labels).
     fn shard_for(&self, key: &str) -> Arc<str>;
 
-    /// `memory`, `redis` or `redis-cluster`.
+    /// `memory`, `redis`, `redis-cluster` or `redis-sentinel`.
     fn kind(&self) -> &'static str;
+
+    /// Whether [`Store::probe`] really checks a shard. Breakers of a store
+    /// that probes close only on a probe's success, never on a request's.
+    fn probes(&self) -> bool {
+        false
+    }
+
+    /// The half-open probe of `shard`'s breaker: proves, on a fresh
+    /// connection and without any client's request, that `shard` decides
+    /// again (the decide script runs, reloaded after `NOSCRIPT`, on a
+    /// throwaway key), and makes that connection the one later decisions
+    /// use. The default checks nothing.
+    async fn probe(&self, shard: &Arc<str>) -> Result<(), StoreError> {
+        let _ = shard;
+        Ok(())
+    }
 
     /// Tells the store whom to report to besides its decisions (script
     /// reloads, evictions). A store with nothing to report ignores it.
@@ -164,6 +188,30 @@ pub trait StoreObserver: Send + Sync + 'static {
     /// a store starts reporting, so the count exists from the start.
     fn evicted(&self, shard: &str, n: u64) {
         let _ = (shard, n);
+    }
+}
+
+/// Opens the store `settings` names. A Redis that is down does not fail
+/// this; only invalid settings do.
+pub async fn open(
+    settings: &StoreSettings,
+    clock: Arc<dyn Clock>,
+) -> Result<Arc<dyn Store>, StoreError> {
+    match settings.kind {
+        StoreKind::Memory => Ok(Arc::new(
+            MemoryStore::with_clock(clock).with_max_entries(settings.max_entries),
+        )),
+        #[cfg(feature = "redis-store")]
+        StoreKind::Redis => Ok(Arc::new(RedisStore::connect(settings).await?)),
+        #[cfg(feature = "redis-store")]
+        StoreKind::RedisCluster => Ok(Arc::new(ClusterStore::connect(settings).await?)),
+        #[cfg(feature = "redis-store")]
+        StoreKind::RedisSentinel => Ok(Arc::new(SentinelStore::connect(settings).await?)),
+        #[cfg(not(feature = "redis-store"))]
+        kind => Err(StoreError::Unavailable(format!(
+            "this build of ratewatch has no {} store (feature `redis-store`)",
+            kind.as_str()
+        ))),
     }
 }
 

@@ -6,14 +6,22 @@
 //! decides in Redis as soon as Redis is there. Each decision has a hard
 //! budget (`StoreSettings::timeout`); a timed-out decision is never resent,
 //! since Redis may already have charged it. `NOSCRIPT` is the only retry.
+//!
+//! While the shard's breaker is open, [`Store::probe`] opens a fresh
+//! connection, runs the decide script on a throwaway key (loading it if
+//! Redis forgot it) and, when that worked, makes the fresh connection the
+//! one decisions use. So no decision is sent down a socket that died with
+//! the old server, and the first request after a recovery is exact.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::RwLock;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::script::{self, ReloadCounter, Scripts};
 use super::{Batch, Item, Store, StoreDecision, StoreError, uncharge};
+use crate::algorithm::Algorithm;
 use crate::policy::StoreSettings;
 
 /// Longest wait for a TCP connection: a few decision budgets at most, so a
@@ -24,11 +32,14 @@ const MIN_CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
 /// connection and the reload counter.
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: Arc<RwLock<ConnectionManager>>,
+    client: redis::Client,
+    config: ConnectionManagerConfig,
     scripts: Arc<Scripts>,
     shard: Arc<str>,
     timeout: Duration,
     reloads: Arc<ReloadCounter>,
+    probe_key: Arc<str>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -53,29 +64,54 @@ pub(crate) fn host_port(info: &redis::ConnectionInfo) -> String {
 /// The Redis a `redis` store without `url` connects to.
 pub const DEFAULT_URL: &str = crate::policy::DEFAULT_REDIS_URL;
 
+/// The one limit a health probe decides: a fixed window no probe rate can
+/// exhaust, whose key expires a second later. It writes, so a node that
+/// became a read-only replica fails the probe.
+pub(crate) fn probe_item(key: impl Into<String>) -> Item {
+    Item::new(
+        key,
+        Algorithm::FixedWindow {
+            limit: u64::from(u32::MAX),
+            window_us: 1_000_000,
+        },
+    )
+}
+
 impl RedisStore {
     /// A store on `settings.url` (default `redis://127.0.0.1:6379`). Fails
     /// only on an invalid URL: the connection is made by the first decision
     /// and remade in the background after a failure, so Redis may be down.
     pub async fn connect(settings: &StoreSettings) -> Result<Self, StoreError> {
         let url = settings.url.as_deref().unwrap_or(DEFAULT_URL);
-        let client = redis::Client::open(url)
-            .map_err(|e| StoreError::Unavailable(format!("invalid Redis URL: {e}")))?;
+        let client = super::tls::client(url, &settings.tls)?;
         let shard: Arc<str> = host_port(client.get_connection_info()).into();
+        Self::with_client(client, shard, settings, Arc::default())
+    }
+
+    /// A store on `client`, labelled `shard`, counting reloads in `reloads`.
+    pub(crate) fn with_client(
+        client: redis::Client,
+        shard: Arc<str>,
+        settings: &StoreSettings,
+        reloads: Arc<ReloadCounter>,
+    ) -> Result<Self, StoreError> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(settings.timeout.max(MIN_CONNECT_TIMEOUT)))
             .set_response_timeout(Some(settings.timeout))
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(100));
-        let conn =
-            ConnectionManager::new_lazy_with_config(client, config).map_err(script::classify)?;
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+            .map_err(script::classify)?;
         Ok(Self {
-            conn,
+            conn: Arc::new(RwLock::new(conn)),
+            client,
+            config,
             scripts: Arc::new(Scripts::new()),
             shard,
             timeout: settings.timeout,
-            reloads: Arc::new(ReloadCounter::default()),
+            reloads,
+            probe_key: format!("{}:{{health}}:probe", settings.key_prefix).into(),
         })
     }
 
@@ -84,10 +120,40 @@ impl RedisStore {
         self.reloads.snapshot()
     }
 
+    /// The `host:port` this store decides on.
+    pub(crate) fn shard(&self) -> &Arc<str> {
+        &self.shard
+    }
+
+    /// Proves on a fresh connection that this node decides (the script
+    /// runs, reloaded if forgotten, and may write), then makes that
+    /// connection the one decisions use.
+    pub(crate) async fn probe_node(&self) -> Result<(), StoreError> {
+        let fresh = ConnectionManager::new_with_config(self.client.clone(), self.config.clone())
+            .await
+            .map_err(script::classify)?;
+        let mut conn = fresh.clone();
+        let item = probe_item(&*self.probe_key);
+        let batch = Batch::consume(std::slice::from_ref(&item), 1);
+        let cmd = script::decide_cmd(&self.scripts, &batch, &[&item]);
+        let value = script::eval(
+            &mut conn,
+            &self.scripts.decide,
+            &cmd,
+            &self.reloads,
+            &self.shard,
+        )
+        .await
+        .map_err(script::classify)?;
+        script::parse_reply(&value, 1)?;
+        *self.conn.write() = fresh;
+        Ok(())
+    }
+
     async fn run(&self, batch: &Batch<'_>) -> Result<StoreDecision, StoreError> {
         let items: Vec<&Item> = batch.items.iter().collect();
         let cmd = script::decide_cmd(&self.scripts, batch, &items);
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn.read().clone();
         let started = Instant::now();
         let value = script::eval(
             &mut conn,
@@ -128,6 +194,14 @@ impl Store for RedisStore {
 
     fn kind(&self) -> &'static str {
         "redis"
+    }
+
+    fn probes(&self) -> bool {
+        true
+    }
+
+    async fn probe(&self, _shard: &Arc<str>) -> Result<(), StoreError> {
+        self.probe_node().await
     }
 
     fn observe(&self, observer: Arc<dyn super::StoreObserver>) {

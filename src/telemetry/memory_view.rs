@@ -36,6 +36,7 @@ pub(crate) struct MemoryView {
 /// How long this instance's own view is kept beside a Redis fleet view:
 /// enough to answer "since when" during an outage, at a fraction of the
 /// memory two days of minute buckets would take.
+#[cfg_attr(not(feature = "redis-store"), allow(dead_code))]
 pub(crate) const KEEP_BESIDE_REDIS: u64 = 6 * 3600;
 
 impl MemoryView {

@@ -132,6 +132,8 @@ struct Inner {
     /// This instance's view, kept whatever the sink.
     local: MemoryView,
     /// Since when, and why, the fleet view in Redis has not answered.
+    // Only a Redis fleet view can be unavailable.
+    #[cfg_attr(not(feature = "redis-store"), allow(dead_code))]
     unavailable: Mutex<Option<Unavailable>>,
     settings: TelemetrySettings,
     /// Serialises flushes: the periodic task and `shutdown` never
@@ -228,7 +230,8 @@ impl Telemetry {
                 _ => None,
             };
             if let Some(target) = target {
-                return Self::redis(settings, target.with_timeout(timeout));
+                let target = target.with_timeout(timeout).with_tls(store.tls.clone());
+                return Self::redis(settings, target);
             }
         }
         #[cfg(not(feature = "redis-store"))]

@@ -44,6 +44,9 @@ pub struct RedisTarget {
     pub key_prefix: String,
     /// Budget of one flush (and of one read); past it the flush is dropped.
     pub timeout: Duration,
+    /// What a `rediss://` connection trusts and presents (`store.tls_*`);
+    /// shared, so the sink stays small.
+    pub tls: std::sync::Arc<crate::policy::TlsFiles>,
 }
 
 /// One Redis node or a cluster's seed nodes.
@@ -62,6 +65,7 @@ impl RedisTarget {
             endpoints: Endpoints::Node(url.into()),
             key_prefix: key_prefix.into(),
             timeout: Duration::from_secs(1),
+            tls: Default::default(),
         }
     }
 
@@ -71,7 +75,14 @@ impl RedisTarget {
             endpoints: Endpoints::Cluster(nodes),
             key_prefix: key_prefix.into(),
             timeout: Duration::from_secs(1),
+            tls: Default::default(),
         }
+    }
+
+    /// Trusts (and presents) the TLS files of the store's settings.
+    pub fn with_tls(mut self, tls: crate::policy::TlsFiles) -> Self {
+        self.tls = std::sync::Arc::new(tls);
+        self
     }
 
     /// Sets the budget of one flush or read.
@@ -157,7 +168,7 @@ impl RedisSink {
             .get_or_try_init(|| async {
                 match &self.target.endpoints {
                     Endpoints::Node(url) => {
-                        let client = redis::Client::open(url.as_str())?;
+                        let client = crate::store::tls::redis_client(url, &self.target.tls)?;
                         let config = redis::aio::ConnectionManagerConfig::new()
                             .set_connection_timeout(Some(t))
                             .set_response_timeout(Some(t))
@@ -170,14 +181,15 @@ impl RedisSink {
                         ))
                     }
                     Endpoints::Cluster(nodes) => {
-                        let client = redis::cluster::ClusterClient::builder(nodes.clone())
-                            .connection_timeout(t)
-                            .response_timeout(t)
-                            .overall_response_timeout(Some(t))
-                            // A resent pipeline whose reply was lost would
-                            // count its events twice.
-                            .retries(0)
-                            .build()?;
+                        let client =
+                            crate::store::tls::cluster_builder(nodes.clone(), &self.target.tls)?
+                                .connection_timeout(t)
+                                .response_timeout(t)
+                                .overall_response_timeout(Some(t))
+                                // A resent pipeline whose reply was lost would
+                                // count its events twice.
+                                .retries(0)
+                                .build()?;
                         let conn = tokio::time::timeout(t, client.get_async_connection())
                             .await
                             .map_err(|_| TelemetryError::Timeout)??;

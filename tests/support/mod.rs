@@ -3,6 +3,10 @@
 //! directory, killed when dropped.
 #![allow(dead_code)]
 
+pub mod cluster;
+pub mod sentinel;
+pub mod tls;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

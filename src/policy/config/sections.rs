@@ -23,6 +23,13 @@ pub(super) fn store(t: Option<Table<'_>>) -> Result<StoreSettings> {
             "kind",
             "url",
             "nodes",
+            "master_name",
+            "sentinels",
+            "username",
+            "password",
+            "tls_ca_file",
+            "tls_cert_file",
+            "tls_key_file",
             "timeout_ms",
             "key_prefix",
             "max_entries",
@@ -33,16 +40,53 @@ pub(super) fn store(t: Option<Table<'_>>) -> Result<StoreSettings> {
         ("memory", StoreKind::Memory),
         ("redis", StoreKind::Redis),
         ("redis-cluster", StoreKind::RedisCluster),
+        ("redis-sentinel", StoreKind::RedisSentinel),
     ];
     if let Some(kind) = t.choice("kind", &kinds)? {
         s.kind = kind;
     }
     s.url = t.str("url")?.map(str::to_owned);
-    s.nodes = t
-        .items("nodes", "an array of Redis URLs")?
-        .iter()
-        .map(|v| v.as_str().map(str::to_owned))
-        .collect::<Result<_>>()?;
+    if let Some(url) = &s.url {
+        check_scheme(&t, "url", url)?;
+    }
+    s.nodes = urls(&t, "nodes")?;
+    s.sentinels = urls(&t, "sentinels")?;
+    s.master_name = t.str("master_name")?.map(str::to_owned);
+    s.username = t.str("username")?.map(str::to_owned);
+    s.password = t.str("password")?.map(str::to_owned);
+    if s.kind == StoreKind::RedisSentinel {
+        if s.sentinels.is_empty() {
+            return Err(t.error_at(
+                "sentinels",
+                "is required: a redis-sentinel store needs at least one sentinel URL, \
+                 such as [\"redis://127.0.0.1:26379\"]",
+            ));
+        }
+        match s.master_name.as_deref() {
+            None => {
+                return Err(t.missing(
+                    "master_name",
+                    "is required: the name the sentinels monitor the master under",
+                ));
+            }
+            Some("") => return Err(t.error_at("master_name", "must not be empty")),
+            Some(_) => {}
+        }
+    }
+    s.tls.ca_file = t.str("tls_ca_file")?.map(Into::into);
+    s.tls.cert_file = t.str("tls_cert_file")?.map(Into::into);
+    s.tls.key_file = t.str("tls_key_file")?.map(Into::into);
+    if s.tls.cert_file.is_some() != s.tls.key_file.is_some() {
+        let key = if s.tls.cert_file.is_some() {
+            "tls_cert_file"
+        } else {
+            "tls_key_file"
+        };
+        return Err(t.error_at(
+            key,
+            "needs its pair: mutual TLS takes both tls_cert_file and tls_key_file",
+        ));
+    }
     if let Some(timeout) = t.millis("timeout_ms", 1)? {
         s.timeout = timeout;
     }
@@ -54,6 +98,30 @@ pub(super) fn store(t: Option<Table<'_>>) -> Result<StoreSettings> {
         s.max_entries = max as usize;
     }
     Ok(s)
+}
+
+/// An array of Redis URLs, each checked for a scheme this build speaks.
+fn urls(t: &Table<'_>, key: &str) -> Result<Vec<String>> {
+    t.items(key, "an array of Redis URLs")?
+        .iter()
+        .map(|v| {
+            let url = v.as_str()?;
+            if url.starts_with("rediss://") && !cfg!(feature = "tls") {
+                return Err(v.error(NO_TLS));
+            }
+            Ok(url.to_owned())
+        })
+        .collect()
+}
+
+const NO_TLS: &str = "is a rediss:// (TLS) URL, but this build of ratewatch has no TLS: \
+                      build it with the cargo feature `tls`";
+
+fn check_scheme(t: &Table<'_>, key: &str, url: &str) -> Result<()> {
+    if url.starts_with("rediss://") && !cfg!(feature = "tls") {
+        return Err(t.error_at(key, NO_TLS));
+    }
+    Ok(())
 }
 
 pub(super) fn resilience(t: Option<Table<'_>>) -> Result<ResilienceSettings> {
