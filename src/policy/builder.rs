@@ -168,7 +168,10 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
         return Err(("store.nodes".into(), format!("each node {url_hint}")));
     }
     if p.store.sentinels.iter().any(|u| !redis_url(u)) {
-        return Err(("store.sentinels".into(), format!("each sentinel {url_hint}")));
+        return Err((
+            "store.sentinels".into(),
+            format!("each sentinel {url_hint}"),
+        ));
     }
     let (min, max) = super::settings::MAX_ENTRIES_BOUNDS;
     if !(min..=max).contains(&(p.store.max_entries as u64)) {
