@@ -193,3 +193,19 @@ fn check_config_refuses_a_store_address_serve_could_never_connect_to() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("RATEWATCH_REDIS_URL"), "{err}");
 }
+
+#[test]
+fn check_config_warns_that_a_policy_without_tiers_limits_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.toml");
+    std::fs::write(&path, "").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ratewatch"))
+        .arg("check-config")
+        .arg(&path)
+        .env_remove("RATEWATCH_REDIS_URL")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("limits nothing"), "{err}");
+}
