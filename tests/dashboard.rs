@@ -564,3 +564,24 @@ async fn a_percent_encoded_token_parameter_is_dropped_from_the_redirect_too() {
         assert_eq!(res.headers()["location"], "/dashboard?range=5m", "{uri}");
     }
 }
+
+#[tokio::test]
+async fn the_bearer_scheme_is_read_without_case_as_the_limiter_reads_it() {
+    let limiter = Limiter::new(locked_policy(direct())).await.unwrap();
+    let app = axum::Router::new().nest("/dashboard", limiter.dashboard());
+    for (value, status) in [
+        ("Bearer s3cret", 200),
+        ("bearer s3cret", 200),
+        ("BEARER  s3cret", 200),
+        ("Basic s3cret", 401),
+        ("Bearer s3cre", 401),
+        ("Bearers3cret", 401),
+    ] {
+        let req = Request::get("/dashboard/api/policy").header("authorization", value);
+        assert_eq!(
+            send(&app, "127.0.0.1:1", req).await.status(),
+            status,
+            "{value}"
+        );
+    }
+}

@@ -111,7 +111,11 @@ fn admit(g: &Guard, req: &Request) -> Option<Response> {
     };
     let now = limiter.clock().now_us();
     let header_value = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
-    let bearer = header_value(header::AUTHORIZATION).and_then(|v| v.strip_prefix("Bearer "));
+    // The scheme is case-insensitive (RFC 9110), as the limiter reads it.
+    let bearer = header_value(header::AUTHORIZATION)
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
     let session = header_value(header::COOKIE).and_then(|c| {
         c.split(';')
             .find_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='))
