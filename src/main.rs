@@ -77,6 +77,9 @@ fn check_config(file: &std::path::Path) -> ExitCode {
                 p.tiers.len(),
                 p.routes.len()
             );
+            if p.tiers.is_empty() {
+                eprintln!("{}: warning: {NO_TIERS}", file.display());
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -85,6 +88,10 @@ fn check_config(file: &std::path::Path) -> ExitCode {
         }
     }
 }
+
+/// What a policy without tiers means, said by `check-config` and `serve`:
+/// an empty file is valid, and easy to deploy by mistake.
+const NO_TIERS: &str = "the policy defines no tier, so it limits nothing: every request passes";
 
 fn load_policy(config: Option<&std::path::Path>) -> Result<Policy, ratewatch::policy::ConfigError> {
     let policy = match config {
@@ -102,6 +109,9 @@ fn run(args: ServeArgs, demo: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if policy.tiers.is_empty() {
+        tracing::warn!("{NO_TIERS}");
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

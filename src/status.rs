@@ -48,15 +48,18 @@ impl StatusGuard {
         }
     }
 
-    /// Per identity and per client IP, so inventing keys does not buy looks.
-    fn admits(&self, identity: &crate::Identity) -> bool {
+    /// Per identity and per client address group (an IPv6 client's
+    /// `ipv6_prefix` network, as IP-scoped limits count it), so inventing
+    /// keys or addresses does not buy looks.
+    fn admits(&self, identity: &crate::Identity, ipv6_prefix: u8) -> bool {
         let bucket = Algorithm::TokenBucket {
             capacity: 20,
             refill_per_second: 5.0,
         };
         let mut items = vec![Item::new(identity.hash(), bucket.clone())];
         if let Some(ip) = identity.ip {
-            items.push(Item::new(format!("ip:{ip}"), bucket));
+            let group = crate::identity::address_group(ip, ipv6_prefix);
+            items.push(Item::new(format!("ip:{group}"), bucket));
         }
         self.store.decide_now(&Batch::consume(&items, 1)).allowed
     }
@@ -116,7 +119,7 @@ async fn status(limiter: Limiter, guard: StatusGuard, req: Request) -> Response 
         Ok(id) => id,
         Err(e) => return crate::layer::identity_error_response(&e),
     };
-    if !guard.admits(&identity) {
+    if !guard.admits(&identity, limiter.policy().identity.ipv6_prefix) {
         let mut res = (
             http::StatusCode::TOO_MANY_REQUESTS,
             Json(serde_json::json!({

@@ -138,3 +138,74 @@ fn check_config_names_the_file_line_and_field_and_exits_non_zero() {
         );
     }
 }
+
+#[test]
+fn check_config_refuses_a_store_address_serve_could_never_connect_to() {
+    // Each of these passed check-config, then `serve` refused to start with
+    // an error naming neither file, line nor field.
+    let dir = tempfile::tempdir().unwrap();
+    let tiers = "[[tiers]]\nname = \"free\"\nlimits = [{ name = \"b\", algorithm = \"fixed_window\", limit = 3, window = \"1h\" }]\n\
+                 [[tiers]]\nname = \"anonymous\"\nlimits = [{ name = \"b\", algorithm = \"fixed_window\", limit = 3, window = \"1h\" }]\n";
+    let cases = [
+        (
+            "[store]\nkind = \"redis\"\nurl = \"garbage\"\n",
+            ":3:",
+            "store.url",
+        ),
+        (
+            "[store]\nkind = \"redis\"\nurl = \"http://127.0.0.1:6379\"\n",
+            ":3:",
+            "store.url",
+        ),
+        (
+            "[store]\nkind = \"redis-cluster\"\nnodes = [\"redis://127.0.0.1:7000\", \"127.0.0.1:7001\"]\n",
+            ":3:",
+            "store.nodes",
+        ),
+    ];
+    for (i, (store, line, field)) in cases.into_iter().enumerate() {
+        let path = dir.path().join(format!("store{i}.toml"));
+        std::fs::write(&path, format!("{store}{tiers}")).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_ratewatch"))
+            .arg("check-config")
+            .arg(&path)
+            .env_remove("RATEWATCH_REDIS_URL")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "case {i}: {err}");
+        assert!(
+            err.contains(&format!("store{i}.toml{line}")),
+            "case {i}: {err}"
+        );
+        assert!(err.contains(field), "case {i} names {field}: {err}");
+    }
+    // The environment's URL is checked the same way.
+    let path = dir.path().join("ok.toml");
+    std::fs::write(&path, tiers).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ratewatch"))
+        .arg("check-config")
+        .arg(&path)
+        .env("RATEWATCH_REDIS_URL", "garbage")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("RATEWATCH_REDIS_URL"), "{err}");
+}
+
+#[test]
+fn check_config_warns_that_a_policy_without_tiers_limits_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.toml");
+    std::fs::write(&path, "").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ratewatch"))
+        .arg("check-config")
+        .arg(&path)
+        .env_remove("RATEWATCH_REDIS_URL")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("limits nothing"), "{err}");
+}

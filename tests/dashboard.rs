@@ -508,3 +508,80 @@ async fn the_open_page_marks_its_stats_stale_when_they_stop_answering_and_keeps_
         "the breakers kept refreshing"
     );
 }
+
+/// The `name=value` pair of the session cookie a `?token=` visit set.
+async fn session_pair(app: &axum::Router, uri: &str) -> String {
+    let res = send(app, "127.0.0.1:1", Request::get(uri)).await;
+    assert_eq!(res.status(), 303, "{uri}");
+    let cookie = res.headers()["set-cookie"].to_str().unwrap();
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn rotating_the_token_ends_the_sessions_the_old_token_opened() {
+    // A leaked token is rotated by a reload: whoever traded it for a
+    // session must lose access with it, not keep it for the session's life.
+    let limiter = Limiter::new(locked_policy(direct())).await.unwrap();
+    let app = axum::Router::new().nest("/dashboard", limiter.dashboard());
+    let old = session_pair(&app, "/dashboard?token=s3cret").await;
+    let stats = || Request::get("/dashboard/api/stats");
+    assert_eq!(
+        send(&app, "127.0.0.1:1", stats().header("cookie", &old))
+            .await
+            .status(),
+        200
+    );
+    let mut rotated = limiter.policy().as_ref().clone();
+    rotated.dashboard.token = Some("n3w-s3cret".into());
+    limiter.replace_policy(rotated).unwrap();
+    assert_eq!(
+        send(&app, "127.0.0.1:1", stats().header("cookie", &old))
+            .await
+            .status(),
+        401,
+        "a session of the old token is over"
+    );
+    let new = session_pair(&app, "/dashboard?token=n3w-s3cret").await;
+    assert_eq!(
+        send(&app, "127.0.0.1:1", stats().header("cookie", &new))
+            .await
+            .status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn a_percent_encoded_token_parameter_is_dropped_from_the_redirect_too() {
+    let limiter = Limiter::new(locked_policy(direct())).await.unwrap();
+    let app = axum::Router::new().nest("/dashboard", limiter.dashboard());
+    for uri in [
+        "/dashboard?%74oken=s3cret&range=5m",
+        "/dashboard?range=5m&tok%65n=s3cret",
+        "/dashboard?range=5m&token=s3%63ret",
+    ] {
+        let res = send(&app, "127.0.0.1:1", Request::get(uri)).await;
+        assert_eq!(res.status(), 303, "{uri}");
+        assert_eq!(res.headers()["location"], "/dashboard?range=5m", "{uri}");
+    }
+}
+
+#[tokio::test]
+async fn the_bearer_scheme_is_read_without_case_as_the_limiter_reads_it() {
+    let limiter = Limiter::new(locked_policy(direct())).await.unwrap();
+    let app = axum::Router::new().nest("/dashboard", limiter.dashboard());
+    for (value, status) in [
+        ("Bearer s3cret", 200),
+        ("bearer s3cret", 200),
+        ("BEARER  s3cret", 200),
+        ("Basic s3cret", 401),
+        ("Bearer s3cre", 401),
+        ("Bearers3cret", 401),
+    ] {
+        let req = Request::get("/dashboard/api/policy").header("authorization", value);
+        assert_eq!(
+            send(&app, "127.0.0.1:1", req).await.status(),
+            status,
+            "{value}"
+        );
+    }
+}

@@ -341,7 +341,13 @@ async fn drill_b_redis_killed_the_page_stays_up_with_a_banner_fail_open_and_an_o
     let breakers = get_json(&format!("{}/dashboard/api/breakers", server.url()))
         .await
         .expect("breakers");
-    assert_eq!(breakers[&shard], "open", "{breakers}");
+    // Open, or half-open once its cooldown has passed with no request to
+    // probe Redis (the refusals above may take longer than the cooldown):
+    // never closed while Redis is dead.
+    assert!(
+        breakers[&shard] == "open" || breakers[&shard] == "half_open",
+        "{breakers}"
+    );
 
     // Every endpoint answers at once: well within the 300 ms budget on an
     // idle machine, a generous bound here.

@@ -288,6 +288,29 @@ async fn looking_at_the_status_is_itself_limited_per_caller() {
 }
 
 #[tokio::test]
+async fn status_looks_from_one_ipv6_network_share_one_allowance_whatever_keys_they_invent() {
+    // One host holds a whole /64: fresh addresses and fresh keys must not
+    // buy fresh looks (each look is a store read).
+    use axum::extract::ConnectInfo;
+    let (app, _) = app_with(policy()).await;
+    let mut ok = 0;
+    for i in 0..60 {
+        let mut req = Request::get("/api/ratelimit/status")
+            .header("x-api-key", format!("free_invented_{i}"))
+            .body(Body::empty())
+            .unwrap();
+        let peer: std::net::SocketAddr =
+            format!("[2001:db8:7:7::{:x}]:4000", i + 1).parse().unwrap();
+        req.extensions_mut().insert(ConnectInfo(peer));
+        if app.clone().oneshot(req).await.unwrap().status() == 200 {
+            ok += 1;
+        }
+    }
+    // A burst of 20, and 5 more a second for however slow this machine is.
+    assert!(ok < 45, "{ok} of 60 looks passed from one /64");
+}
+
+#[tokio::test]
 async fn status_reports_quota_without_consuming_it() {
     let (app, _) = app_with(policy()).await;
     send(&app, "GET", "/api/users", Some("free_hank")).await;

@@ -795,3 +795,31 @@ async fn instances_running_different_policies_show_in_the_fleet_view() {
     let page = get_text(&format!("{base}/dashboard?range=5m")).await;
     assert!(page.contains("the fleet ran 2 policies"), "{page}");
 }
+
+#[tokio::test]
+async fn an_emptied_file_never_lifts_every_limit() {
+    // An editor or a config map that truncates the file before writing it,
+    // or an accidental `> ratewatch.toml`, leaves a file that parses as a
+    // policy without tiers: applying it would let every request through.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ratewatch.toml");
+    write(&file, &policy_a(&store(None)));
+    let limiter = Limiter::from_config_file(&file).await.unwrap();
+    let app = app(&limiter);
+    for emptied in ["", "[store]\nkind = \"memory\"\n"] {
+        write(&file, emptied);
+        let err = limiter
+            .reload()
+            .expect_err("a file without tiers is refused");
+        let ReloadError::Config(e) = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(e.field(), Some("tiers"), "{err}");
+        assert!(
+            err.to_string().contains(&file.display().to_string()),
+            "{err}"
+        );
+        assert_eq!(which(&work(&app, "free_still").await.1), 'a');
+    }
+    assert_eq!(limiter.policy_status().reloads_failed, 2);
+}

@@ -237,56 +237,44 @@ impl Algorithm {
         us.div_ceil(MICROS_PER_SEC).max(1)
     }
 
-    /// The same algorithm with every quota and rate multiplied by `factor`
-    /// (0 < factor <= 1): a region's partition, a sub-identity's share or a
-    /// local fallback's cap. Quotas are floored but never drop below 1.
-    pub fn scaled(&self, factor: f64) -> Algorithm {
-        self.scaled_keeping(factor, 1)
-    }
-
-    /// Like [`Algorithm::scaled`], but no quota drops below `min_quota` (or
-    /// its unscaled value, if smaller): a share must still admit the most
-    /// expensive request, or that request could never pass.
-    pub fn scaled_keeping(&self, factor: f64, min_quota: u64) -> Algorithm {
-        let q = |n: u64| {
-            ((n as f64 * factor).floor() as u64)
-                .max(min_quota.min(n))
-                .max(1)
-        };
+    /// The same algorithm with every quota (capacity, limit, burst) mapped
+    /// by `quota` and every rate multiplied by `rate_factor`: a region's
+    /// partition, a sub-identity's share or a local fallback's cap.
+    pub fn with_quotas(&self, quota: impl Fn(u64) -> u64, rate_factor: f64) -> Algorithm {
         match *self {
             Algorithm::TokenBucket {
                 capacity,
                 refill_per_second,
             } => Algorithm::TokenBucket {
-                capacity: q(capacity),
-                refill_per_second: refill_per_second * factor,
+                capacity: quota(capacity),
+                refill_per_second: refill_per_second * rate_factor,
             },
             Algorithm::SlidingWindow { limit, window_us } => Algorithm::SlidingWindow {
-                limit: q(limit),
+                limit: quota(limit),
                 window_us,
             },
             Algorithm::SlidingLog { limit, window_us } => Algorithm::SlidingLog {
-                limit: q(limit),
+                limit: quota(limit),
                 window_us,
             },
             Algorithm::FixedWindow { limit, window_us } => Algorithm::FixedWindow {
-                limit: q(limit),
+                limit: quota(limit),
                 window_us,
             },
             Algorithm::Gcra {
                 rate_per_second,
                 burst,
             } => Algorithm::Gcra {
-                rate_per_second: rate_per_second * factor,
-                burst: q(burst),
+                rate_per_second: rate_per_second * rate_factor,
+                burst: quota(burst),
             },
             Algorithm::LeakyBucket {
                 rate_per_second,
                 capacity,
                 max_delay_us,
             } => Algorithm::LeakyBucket {
-                rate_per_second: rate_per_second * factor,
-                capacity: q(capacity),
+                rate_per_second: rate_per_second * rate_factor,
+                capacity: quota(capacity),
                 max_delay_us,
             },
         }

@@ -30,32 +30,44 @@ const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 /// and only holders of the token can create one.
 const MAX_SESSIONS: usize = 1024;
 
-/// Sessions opened with the token: random ids and when they expire.
+/// Sessions opened with the token: random ids, when they expire, and the
+/// token that opened them (a session is valid only while that token is the
+/// configured one, so rotating a leaked token by a reload ends them).
 #[derive(Clone, Default)]
 pub(super) struct Sessions {
-    ids: Arc<Mutex<VecDeque<(String, u64)>>>,
+    ids: Arc<Mutex<VecDeque<(String, u64, String)>>>,
 }
 
 impl Sessions {
-    fn open(&self, now_us: u64) -> String {
+    fn open(&self, now_us: u64, token: &str) -> String {
         use rand::RngCore;
         let mut bytes = [0u8; 32];
         rand::rng().fill_bytes(&mut bytes);
         let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         let mut ids = self.ids.lock();
-        ids.retain(|(_, exp)| *exp > now_us);
+        ids.retain(|(_, exp, _)| *exp > now_us);
         while ids.len() >= MAX_SESSIONS {
             ids.pop_front();
         }
-        ids.push_back((id.clone(), now_us + SESSION_TTL.as_micros() as u64));
+        ids.push_back((
+            id.clone(),
+            now_us + SESSION_TTL.as_micros() as u64,
+            token.to_owned(),
+        ));
         id
     }
 
-    fn valid(&self, given: &str, now_us: u64) -> bool {
+    fn valid(&self, given: &str, now_us: u64, token: &str) -> bool {
         // Compared without an early exit per id, like the token.
-        self.ids.lock().iter().fold(false, |found, (id, exp)| {
-            found | (*exp > now_us && constant_time_eq(id.as_bytes(), given.as_bytes()))
-        })
+        self.ids
+            .lock()
+            .iter()
+            .fold(false, |found, (id, exp, opened_by)| {
+                found
+                    | (*exp > now_us
+                        && constant_time_eq(id.as_bytes(), given.as_bytes())
+                        && constant_time_eq(opened_by.as_bytes(), token.as_bytes()))
+            })
     }
 }
 
@@ -99,7 +111,11 @@ fn admit(g: &Guard, req: &Request) -> Option<Response> {
     };
     let now = limiter.clock().now_us();
     let header_value = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
-    let bearer = header_value(header::AUTHORIZATION).and_then(|v| v.strip_prefix("Bearer "));
+    // The scheme is case-insensitive (RFC 9110), as the limiter reads it.
+    let bearer = header_value(header::AUTHORIZATION)
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
     let session = header_value(header::COOKIE).and_then(|c| {
         c.split(';')
             .find_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='))
@@ -107,7 +123,7 @@ fn admit(g: &Guard, req: &Request) -> Option<Response> {
     let token_ok = |given: Option<&str>| {
         given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
     };
-    if token_ok(bearer) || session.is_some_and(|s| g.sessions.valid(s, now)) {
+    if token_ok(bearer) || session.is_some_and(|s| g.sessions.valid(s, now, token)) {
         return None;
     }
     let query = axum::extract::Query::<TokenQuery>::try_from_uri(req.uri())
@@ -132,7 +148,7 @@ fn admit(g: &Guard, req: &Request) -> Option<Response> {
         .map_or_else(|| req.uri().clone(), |o| o.0.clone());
     let scope = cookie_path(full.path(), req.uri().path());
     let secure = came_over_tls(req, via_proxy);
-    let id = g.sessions.open(now);
+    let id = g.sessions.open(now, token);
     let cookie = format!(
         "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path={scope}; Max-Age={}{}",
         SESSION_TTL.as_secs(),
@@ -230,13 +246,40 @@ fn without_token(path: &str, query: Option<&str>) -> String {
     let kept: Vec<&str> = query
         .unwrap_or("")
         .split('&')
-        .filter(|kv| !kv.is_empty() && *kv != "token" && !kv.starts_with("token="))
+        .filter(|kv| !kv.is_empty() && !is_token_param(kv))
         .collect();
     if kept.is_empty() {
         path.to_owned()
     } else {
         format!("{path}?{}", kept.join("&"))
     }
+}
+
+/// Whether a raw `key[=value]` query pair is the `token` parameter, its
+/// key percent-decoded as the query extractor decodes it (`%74oken=...`
+/// is the token too and must not survive the redirect).
+fn is_token_param(kv: &str) -> bool {
+    let key = kv.split('=').next().unwrap_or("").as_bytes();
+    let mut decoded = Vec::with_capacity(key.len());
+    let mut i = 0;
+    while i < key.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (key[i], key.get(i + 1), key.get(i + 2)) {
+            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                decoded.push((hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0)) as u8);
+                i += 3;
+            }
+            (b'+', ..) => {
+                decoded.push(b' ');
+                i += 1;
+            }
+            (b, ..) => {
+                decoded.push(b);
+                i += 1;
+            }
+        }
+    }
+    decoded == b"token"
 }
 
 /// Compares without an early exit, so response time does not reveal how
@@ -283,12 +326,13 @@ mod tests {
     #[test]
     fn sessions_are_random_and_expire() {
         let s = Sessions::default();
-        let a = s.open(0);
-        let b = s.open(0);
+        let a = s.open(0, "t");
+        let b = s.open(0, "t");
         assert_ne!(a, b);
         assert_eq!(a.len(), 64);
-        assert!(s.valid(&a, 1));
-        assert!(!s.valid("nope", 1));
-        assert!(!s.valid(&a, SESSION_TTL.as_micros() as u64 + 1));
+        assert!(s.valid(&a, 1, "t"));
+        assert!(!s.valid(&a, 1, "rotated"));
+        assert!(!s.valid("nope", 1, "t"));
+        assert!(!s.valid(&a, SESSION_TTL.as_micros() as u64 + 1, "t"));
     }
 }

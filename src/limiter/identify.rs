@@ -10,6 +10,10 @@ use crate::identity::{Identity, IdentityError, client_ip, peer_ip};
 
 /// Set once the missing-peer-address warning has been logged.
 static WARNED_NO_PEER: AtomicBool = AtomicBool::new(false);
+/// Set once the unknown-tier warning has been logged: a resolver's answer
+/// may follow what a client sends, so a warning per request would let a
+/// client flood the log.
+static WARNED_UNKNOWN_TIER: AtomicBool = AtomicBool::new(false);
 
 impl Limiter {
     /// The caller of a request under the policy in force now (see
@@ -62,7 +66,11 @@ impl PolicySnapshot {
         match live.resolver.resolve(identity, request) {
             Some(t) if live.compiled.tiers.contains_key(&t) => t,
             Some(t) => {
-                tracing::warn!(tier = %t, "tier resolver named an unknown tier; using the key-prefix rule");
+                if WARNED_UNKNOWN_TIER.swap(true, Ordering::Relaxed) {
+                    tracing::debug!(tier = %t, "tier resolver named an unknown tier; using the key-prefix rule");
+                } else {
+                    tracing::warn!(tier = %t, "tier resolver named an unknown tier; using the key-prefix rule (logged once; later ones at debug level)");
+                }
                 live.prefix_resolver.tier_of(identity)
             }
             None => live.prefix_resolver.tier_of(identity),

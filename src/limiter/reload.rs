@@ -186,6 +186,23 @@ impl Limiter {
             }
             None => Ok(policy),
         });
+        let read = read.and_then(|policy| {
+            // A file without tiers limits nothing. Read while an editor or
+            // a config map had it truncated (or emptied by mistake), it
+            // would lift every limit at once: keep the policy in force.
+            if policy.tiers.is_empty() && !self.policy().tiers.is_empty() {
+                return Err(ConfigError::Invalid {
+                    file: Some(path.display().to_string()),
+                    line: None,
+                    field: "tiers".into(),
+                    message: "defines no tier, so it would limit nothing; a reload may not \
+                              drop every tier of the policy in force (restart to serve an \
+                              unlimited policy)"
+                        .into(),
+                });
+            }
+            Ok(policy)
+        });
         match read {
             Ok(policy) => Ok(self.apply(policy)),
             Err(e) => Err(self.refuse(e)),

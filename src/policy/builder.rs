@@ -152,6 +152,27 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
             "must be non-empty, without braces or spaces".into(),
         ));
     }
+    // A store address `serve` could never connect to is a config error
+    // here, so `check-config` refuses what `serve` would fail to start on.
+    let redis_url = |u: &str| {
+        ["redis://", "rediss://", "redis+unix://", "unix://"]
+            .iter()
+            .any(|scheme| u.len() > scheme.len() && u.starts_with(scheme))
+    };
+    let url_hint = "must be a Redis URL such as \"redis://127.0.0.1:6379\" \
+                    (schemes redis://, rediss://, redis+unix://, unix://)";
+    if p.store.url.as_deref().is_some_and(|u| !redis_url(u)) {
+        return Err(("store.url".into(), url_hint.into()));
+    }
+    if p.store.nodes.iter().any(|u| !redis_url(u)) {
+        return Err(("store.nodes".into(), format!("each node {url_hint}")));
+    }
+    if p.store.sentinels.iter().any(|u| !redis_url(u)) {
+        return Err((
+            "store.sentinels".into(),
+            format!("each sentinel {url_hint}"),
+        ));
+    }
     let (min, max) = super::settings::MAX_ENTRIES_BOUNDS;
     if !(min..=max).contains(&(p.store.max_entries as u64)) {
         return Err((

@@ -24,45 +24,10 @@ use crate::algorithm::Algorithm;
 /// stays well-formed; [`share_quota`] gives the exact share that
 /// validation compares with costs.
 pub fn divided(algorithm: &Algorithm, num: u64, den: u64) -> Algorithm {
-    let q = |n: u64| share_quota(n, num, den).max(1);
-    let f = num as f64 / den as f64;
-    match *algorithm {
-        Algorithm::TokenBucket {
-            capacity,
-            refill_per_second,
-        } => Algorithm::TokenBucket {
-            capacity: q(capacity),
-            refill_per_second: refill_per_second * f,
-        },
-        Algorithm::SlidingWindow { limit, window_us } => Algorithm::SlidingWindow {
-            limit: q(limit),
-            window_us,
-        },
-        Algorithm::SlidingLog { limit, window_us } => Algorithm::SlidingLog {
-            limit: q(limit),
-            window_us,
-        },
-        Algorithm::FixedWindow { limit, window_us } => Algorithm::FixedWindow {
-            limit: q(limit),
-            window_us,
-        },
-        Algorithm::Gcra {
-            rate_per_second,
-            burst,
-        } => Algorithm::Gcra {
-            rate_per_second: rate_per_second * f,
-            burst: q(burst),
-        },
-        Algorithm::LeakyBucket {
-            rate_per_second,
-            capacity,
-            max_delay_us,
-        } => Algorithm::LeakyBucket {
-            rate_per_second: rate_per_second * f,
-            capacity: q(capacity),
-            max_delay_us,
-        },
-    }
+    algorithm.with_quotas(
+        |n| share_quota(n, num, den).max(1),
+        num as f64 / den.max(1) as f64,
+    )
 }
 
 /// `n * num / den`, rounded down.
