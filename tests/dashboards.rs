@@ -305,42 +305,13 @@ fn base_metric(name: &str) -> &str {
         .unwrap_or(name)
 }
 
-/// `(alert name, expr)` of every rule in alerts.yml. The file is ours, so a
-/// line reader is enough: `expr:` is either one line or a `|` block; the
-/// count is checked against the `- alert:` lines so a format change fails.
+/// `(alert name, expr)` of every rule in alerts.yml ([`support::alert_rules`]),
+/// checked against the `- alert:` lines so a format change fails.
 fn alert_exprs() -> Vec<(String, String)> {
+    let out = support::alert_rules();
     let text = std::fs::read_to_string(dashboards_dir().join("alerts.yml")).expect("alerts.yml");
-    let lines: Vec<&str> = text.lines().collect();
-    let mut out = Vec::new();
-    let mut alert = String::new();
-    let mut i = 0;
-    while i < lines.len() {
-        let line = lines[i].trim_start();
-        if let Some(name) = line.strip_prefix("- alert:") {
-            alert = name.trim().to_string();
-        } else if let Some(rest) = line.strip_prefix("expr:") {
-            let rest = rest.trim();
-            if rest == "|" || rest == "|-" {
-                let indent = lines[i].len() - line.len();
-                let mut block = Vec::new();
-                while i + 1 < lines.len() {
-                    let next = lines[i + 1];
-                    let next_indent = next.len() - next.trim_start().len();
-                    if !next.trim().is_empty() && next_indent <= indent {
-                        break;
-                    }
-                    block.push(next.trim());
-                    i += 1;
-                }
-                out.push((alert.clone(), block.join("\n")));
-            } else {
-                out.push((alert.clone(), rest.to_string()));
-            }
-        }
-        i += 1;
-    }
-    let rules = lines
-        .iter()
+    let rules = text
+        .lines()
         .filter(|l| l.trim_start().starts_with("- alert:"))
         .count();
     assert_eq!(out.len(), rules, "every alert rule has one expr");
