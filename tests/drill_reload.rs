@@ -77,14 +77,8 @@ async fn an_invalid_policy_reloaded_shows_on_the_dashboard_and_fires_its_alert()
         || {
             let (client, base) = (client.clone(), base.clone());
             async move {
-                let json: serde_json::Value = client
-                    .get(format!("{base}/dashboard/api/policy"))
-                    .send()
-                    .await
-                    .ok()?
-                    .json()
-                    .await
-                    .ok()?;
+                let json =
+                    support::get_json(&client, &format!("{base}/dashboard/api/policy")).await?;
                 (json["live"]["last_reload"]["ok"] == false).then(|| json["live"].clone())
             }
         },

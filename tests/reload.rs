@@ -666,14 +666,9 @@ async fn an_invalid_file_keeps_the_real_server_on_its_policy_visibly() {
     );
     policy_hash(&metrics, "a");
     assert_eq!(users(&client, &base, "free_kept").await, (200, 'a'));
-    let json: serde_json::Value = client
-        .get(format!("{base}/dashboard/api/policy"))
-        .send()
+    let json = support::get_json(&client, &format!("{base}/dashboard/api/policy"))
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .expect("the policy JSON");
     let live = &json["live"];
     assert_eq!(live["version"], "a");
     assert_eq!(live["last_reload"]["ok"], false);
@@ -706,14 +701,9 @@ async fn a_changed_store_needs_a_restart_and_the_rest_of_the_file_applies() {
         async move { (users(&client, &base, "free_restart").await == (200, 'b')).then_some(()) }
     })
     .await;
-    let json: serde_json::Value = client
-        .get(format!("{base}/dashboard/api/policy"))
-        .send()
+    let json = support::get_json(&client, &format!("{base}/dashboard/api/policy"))
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .expect("the policy JSON");
     // The timeout is a live setting: it applies, and is not listed.
     assert_eq!(
         json["live"]["restart_required"],
@@ -771,14 +761,9 @@ async fn instances_running_different_policies_show_in_the_fleet_view() {
         || {
             let (client, base) = (client.clone(), base.clone());
             async move {
-                let stats: serde_json::Value = client
-                    .get(format!("{base}/dashboard/api/stats?range=5m"))
-                    .send()
-                    .await
-                    .ok()?
-                    .json()
-                    .await
-                    .ok()?;
+                let stats =
+                    support::get_json(&client, &format!("{base}/dashboard/api/stats?range=5m"))
+                        .await?;
                 let versions: Vec<String> = stats["policies"]
                     .as_array()?
                     .iter()

@@ -709,6 +709,12 @@ pub fn screenshot(url: &str, file: &Path, width: u32, height: u32) {
     );
 }
 
+/// `GET url` as JSON; `None` when the server cannot be reached or does not
+/// answer JSON (for [`eventually`] loops; `.expect` it elsewhere).
+pub async fn get_json(client: &reqwest::Client, url: &str) -> Option<serde_json::Value> {
+    client.get(url).send().await.ok()?.json().await.ok()
+}
+
 /// Polls `probe` every 50 ms until it returns `Some`, for at most
 /// `within`; panics with `what` otherwise.
 pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut probe: F) -> T
