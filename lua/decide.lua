@@ -12,12 +12,13 @@
 --
 -- Only if every non-shadow limit admits (and not peeking) is each admitting
 -- limit's new state written, with an expiry of its step's TTL. A key holding
--- another algorithm's kind of state (the limit's algorithm was changed under
--- the same name) is deleted first and decided as fresh, instead of failing
--- with WRONGTYPE until it expires.
+-- another algorithm's or an older layout's state decides as fresh and is
+-- replaced by the write (see common.lua), instead of failing with WRONGTYPE
+-- until it expires.
 --
 -- Returns { allowed (1/0), now (µs),
---           per limit i: { allowed (1/0), remaining ('%.17g' string),
+--           per limit i: { allowed (1/0), remaining (an integer, or the
+--                          8 bytes of a double, big endian: see `exact`),
 --                          reset_after_us, retry_after_us, delay_us,
 --                          written (1/0), window start written (µs, or 0),
 --                          { members added (sliding log) } } }
@@ -40,10 +41,6 @@ for i = 1, #KEYS do
   if not alg then
     return redis.error_reply('ratewatch: unknown algorithm ' .. tostring(ARGV[base]))
   end
-  local held = redis.call('TYPE', KEYS[i]).ok
-  if held ~= 'none' and held ~= alg.type then
-    redis.call('DEL', KEYS[i])
-  end
   local step = alg.decide(KEYS[i], tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]),
                           tonumber(ARGV[base + 4]), now, cost)
   steps[i] = step
@@ -60,7 +57,7 @@ for i = 1, #KEYS do
     added = ALG[ARGV[4 + 5 * (i - 1)]].write(KEYS[i], step)
     written = 1
   end
-  reply[#reply + 1] = { step.allowed and 1 or 0, fmt(step.remaining), step.reset,
+  reply[#reply + 1] = { step.allowed and 1 or 0, exact(step.remaining), step.reset,
                         step.retry, step.delay, written, step.start or 0, added }
 end
 return reply

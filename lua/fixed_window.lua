@@ -1,7 +1,8 @@
 -- ratewatch: fixed window (src/algorithm/fixed_window.rs, same operations
 -- in the same order).
 --
--- KEYS[i]   a hash {start = window start (µs), count = units admitted, prev = 0}
+-- KEYS[i]   a string of 12 bytes, struct '>I7I5': window start (µs), units
+--           admitted in it (see common.lua)
 -- ARGV      p1 = limit (units per window, integer)
 --           p2 = window length (µs, integer)
 --           p3 = unused
@@ -12,39 +13,47 @@
 -- refund    decrements count by `cost` if the window is still the same
 
 if NEED.fixed_window then -- defined only for calls that name it (common.lua)
-ALG.fixed_window = { type = 'hash' }
+ALG.fixed_window = {}
+
+local FW_LAYOUT, FW_BYTES = '>I7I5', 12
+
+-- The stored window start and count, or nil.
+local function fw_read(key)
+  local stored = get_string(key)
+  if stored and #stored == FW_BYTES then
+    return struct.unpack(FW_LAYOUT, stored)
+  end
+end
 
 -- A stored window that starts after `now` (the clock stepped back) is still
 -- the current one, with its count: time never runs a window backwards.
 function ALG.fixed_window.decide(key, limit, window, _, now, cost)
   local start = now - imod(now, window)
   local count = 0
-  local stored = redis.call('HMGET', key, 'start', 'count')
-  if stored[1] and stored[2] and tonumber(stored[1]) >= start then
-    start = tonumber(stored[1])
-    count = tonumber(stored[2])
+  local s, c = fw_read(key)
+  if s and s >= start then
+    start = s
+    count = c
   end
   local reset = start + window - now
   if count + cost <= limit then
     return { allowed = true, remaining = limit - count - cost, reset = reset,
              retry = 0, delay = 0, ttl = reset,
-             start = start, count = count + cost, prev = 0 }
+             start = start, count = count + cost }
   end
   return { allowed = false, remaining = sat_sub(limit, count), reset = reset,
            retry = reset, delay = 0, ttl = reset }
 end
 
 function ALG.fixed_window.write(key, step)
-  redis.call('HSET', key, 'start', fmt(step.start), 'count', fmt(step.count),
-             'prev', fmt(step.prev))
-  expire_us(key, step.ttl)
+  set_px(key, struct.pack(FW_LAYOUT, step.start, step.count), step.ttl)
   return {}
 end
 
 function ALG.fixed_window.refund(key, _, _, _, cost, start)
-  local stored = redis.call('HMGET', key, 'start', 'count')
-  if stored[1] and stored[2] and tonumber(stored[1]) == start then
-    redis.call('HSET', key, 'count', fmt(sat_sub(tonumber(stored[2]), cost)))
+  local s, c = fw_read(key)
+  if s and s == start then
+    redis.call('SET', key, struct.pack(FW_LAYOUT, s, sat_sub(c, cost)), 'KEEPTTL')
   end
 end
 end -- if NEED.fixed_window

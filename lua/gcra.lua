@@ -2,7 +2,8 @@
 -- order). The leaky bucket (lua/leaky_bucket.lua) is this meter with a
 -- maximum delay.
 --
--- KEYS[i]   a string: the theoretical arrival time (µs since epoch)
+-- KEYS[i]   a decimal integer: the theoretical arrival time (µs since
+--           epoch), which Redis keeps as an integer (see common.lua)
 -- ARGV      p1 = emission interval (µs per unit, integer, rounded up by
 --                `interval_us` in src/algorithm/mod.rs)
 --           p2 = burst (units at once, integer)
@@ -13,10 +14,11 @@
 -- refund    moves the TAT back by cost × interval; keeps the expiry
 
 if NEED.gcra or NEED.leaky_bucket then -- leaky_bucket reuses it; see common.lua
-ALG.gcra = { type = 'string' }
+ALG.gcra = {}
 
 function ALG.gcra.decide(key, interval, burst, max_delay, now, cost)
-  local tat = tonumber(redis.call('GET', key))
+  -- A value that is not a number is another layout's: absent.
+  local tat = tonumber(get_string(key))
   if tat then
     tat = math.max(tat, now)
   else
@@ -44,13 +46,12 @@ function ALG.gcra.decide(key, interval, burst, max_delay, now, cost)
 end
 
 function ALG.gcra.write(key, step)
-  redis.call('SET', key, fmt(step.tat))
-  expire_us(key, step.ttl)
+  set_px(key, fmt(step.tat), step.ttl)
   return {}
 end
 
 function ALG.gcra.refund(key, interval, _, _, cost, _)
-  local tat = tonumber(redis.call('GET', key))
+  local tat = tonumber(get_string(key))
   if tat then
     redis.call('SET', key, fmt(tat - cost * interval), 'KEEPTTL')
   end

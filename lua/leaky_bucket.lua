@@ -3,7 +3,7 @@
 -- arithmetic is GCRA's with `burst = capacity` and a maximum delay (0
 -- polices, above 0 shapes: an admitted request is told to wait delay_us).
 --
--- KEYS[i]   a string: when the queue drains (µs since epoch)
+-- KEYS[i]   a decimal integer: when the queue drains (µs since epoch)
 -- ARGV      p1 = drain interval (µs per unit, integer)
 --           p2 = capacity (units the queue holds, integer)
 --           p3 = maximum delay (µs, integer; 0 polices)
@@ -14,7 +14,6 @@
 
 if NEED.leaky_bucket then -- defined only for calls that name it (common.lua)
 ALG.leaky_bucket = {
-  type = 'string',
   decide = ALG.gcra.decide,
   write = ALG.gcra.write,
   refund = ALG.gcra.refund,

@@ -17,7 +17,7 @@
 -- refund    ZREM of the members the decision added
 
 if NEED.sliding_log then -- defined only for calls that name it (common.lua)
-ALG.sliding_log = { type = 'zset' }
+ALG.sliding_log = {}
 
 -- The score of the `index`-th (0-based) entry still in the window.
 local function sl_score_at(key, horizon, index, reverse)
@@ -34,7 +34,11 @@ end
 
 function ALG.sliding_log.decide(key, limit, window, _, now, cost)
   local horizon = sat_sub(now, window)
-  local count = redis.call('ZCOUNT', key, '(' .. fmt(horizon), '+inf')
+  local count = redis.pcall('ZCOUNT', key, '(' .. fmt(horizon), '+inf')
+  -- A key of another type (another algorithm's string) reads as an empty
+  -- log; writing replaces it.
+  local foreign = type(count) ~= 'number'
+  if foreign then count = 0 end
   -- Entries later than `now` (the clock stepped back) still count, and the
   -- key lives until the newest of them leaves the window.
   local newest = now
@@ -53,12 +57,12 @@ function ALG.sliding_log.decide(key, limit, window, _, now, cost)
     end
     return { allowed = true, remaining = limit - count - cost, reset = reset,
              retry = 0, delay = 0, ttl = ttl, horizon = horizon,
-             cost = cost, now = now }
+             cost = cost, now = now, foreign = foreign }
   end
   -- The request passes once `count + cost - limit` of the oldest entries
   -- have left the window.
   local must_expire = count + cost - limit
-  local at = sl_score_at(key, horizon, must_expire - 1, false)
+  local at = not foreign and sl_score_at(key, horizon, must_expire - 1, false)
   local retry = window
   if at then retry = at + window - now end
   local reset = 0
@@ -68,6 +72,7 @@ function ALG.sliding_log.decide(key, limit, window, _, now, cost)
 end
 
 function ALG.sliding_log.write(key, step)
+  if step.foreign then redis.call('DEL', key) end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(step.horizon))
   local added = {}
   local n = redis.call('ZCARD', key)
@@ -82,13 +87,14 @@ function ALG.sliding_log.write(key, step)
     added[#added + 1] = member
     n = n + 1
   end
-  expire_us(key, step.ttl)
+  redis.call('PEXPIRE', key, fmt(px(step.ttl)))
   return added
 end
 
 function ALG.sliding_log.refund(key, _, _, _, _, _, members)
   if #members > 0 then
-    redis.call('ZREM', key, unpack(members))
+    -- A key of another type holds none of them.
+    redis.pcall('ZREM', key, unpack(members))
   end
 end
 end -- if NEED.sliding_log

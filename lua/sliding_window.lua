@@ -1,8 +1,9 @@
 -- ratewatch: sliding window counter (src/algorithm/sliding_window.rs, same
 -- operations in the same order).
 --
--- KEYS[i]   a hash {start = current window start (µs), count = units in it,
---           prev = units in the previous window}
+-- KEYS[i]   a string: current window start (µs), units in it, units in the
+--           previous window; 11 bytes (struct '>I7I2I2') while both counts
+--           are below 65536, else 17 bytes ('>I7I5I5'); see common.lua
 -- ARGV      p1 = limit (units per window, integer)
 --           p2 = window length (µs, integer)
 --           p3 = unused
@@ -12,7 +13,24 @@
 -- refund    decrements count by `cost` if the window is still the same
 
 if NEED.sliding_window then -- defined only for calls that name it (common.lua)
-ALG.sliding_window = { type = 'hash' }
+ALG.sliding_window = {}
+
+-- The stored window start, count and previous count, or nil.
+local function sw_read(key)
+  local stored = get_string(key)
+  if stored then
+    local n = #stored
+    if n == 11 then return struct.unpack('>I7I2I2', stored) end
+    if n == 17 then return struct.unpack('>I7I5I5', stored) end
+  end
+end
+
+local function sw_pack(start, count, prev)
+  if count < 65536 and prev < 65536 then
+    return struct.pack('>I7I2I2', start, count, prev)
+  end
+  return struct.pack('>I7I5I5', start, count, prev)
+end
 
 local function sw_estimate(prev, curr, window, elapsed)
   return prev * ((window - elapsed) / window) + curr
@@ -61,16 +79,15 @@ end
 function ALG.sliding_window.decide(key, limit, window, _, now, cost)
   local start = now - imod(now, window)
   local curr, prev = 0, 0
-  local stored = redis.call('HMGET', key, 'start', 'count', 'prev')
-  if stored[1] and stored[2] and stored[3] then
-    local s = tonumber(stored[1])
+  local s, c, p = sw_read(key)
+  if s then
     -- A stored window later than `now` (the clock stepped back) stays
     -- current: time never runs a window backwards.
     if s >= start then
       start = s
-      curr, prev = tonumber(stored[2]), tonumber(stored[3])
+      curr, prev = c, p
     elseif s + window == start then
-      curr, prev = 0, tonumber(stored[2])
+      curr, prev = 0, c
     end
   end
   -- Before a later stored window starts, its previous one weighs fully.
@@ -103,16 +120,14 @@ function ALG.sliding_window.decide(key, limit, window, _, now, cost)
 end
 
 function ALG.sliding_window.write(key, step)
-  redis.call('HSET', key, 'start', fmt(step.start), 'count', fmt(step.count),
-             'prev', fmt(step.prev))
-  expire_us(key, step.ttl)
+  set_px(key, sw_pack(step.start, step.count, step.prev), step.ttl)
   return {}
 end
 
 function ALG.sliding_window.refund(key, _, _, _, cost, start)
-  local stored = redis.call('HMGET', key, 'start', 'count')
-  if stored[1] and stored[2] and tonumber(stored[1]) == start then
-    redis.call('HSET', key, 'count', fmt(sat_sub(tonumber(stored[2]), cost)))
+  local s, c, p = sw_read(key)
+  if s and s == start then
+    redis.call('SET', key, sw_pack(s, sat_sub(c, cost), p), 'KEEPTTL')
   end
 end
 end -- if NEED.sliding_window

@@ -1,7 +1,8 @@
 -- ratewatch: token bucket (src/algorithm/token_bucket.rs, same operations
 -- in the same order).
 --
--- KEYS[i]   a hash {tokens = float ('%.17g'), last = µs since epoch}
+-- KEYS[i]   a string of 15 bytes, struct '>dI7': tokens (the double's
+--           exact bits), last refill (µs since epoch); see common.lua
 -- ARGV      p1 = capacity (tokens, integer)
 --           p2 = refill_per_second (tokens per second, float)
 --           p3 = unused
@@ -11,7 +12,9 @@
 -- refund    adds `cost` tokens back, capped at capacity; keeps the expiry
 
 if NEED.token_bucket then -- defined only for calls that name it (common.lua)
-ALG.token_bucket = { type = 'hash' }
+ALG.token_bucket = {}
+
+local TB_LAYOUT, TB_BYTES = '>dI7', 15
 
 -- Tokens held at `now` by a bucket that held `tokens` at `last`. A clock
 -- that steps back refills nothing; it never drains either. Once the time to
@@ -31,10 +34,9 @@ function ALG.token_bucket.decide(key, capacity, refill_per_second, _, now, cost)
   local cap = capacity
   local per_us = refill_per_second / 1000000
   local stored_tokens, stored_last = cap, now
-  local stored = redis.call('HMGET', key, 'tokens', 'last')
-  if stored[1] and stored[2] then
-    stored_tokens = tonumber(stored[1])
-    stored_last = tonumber(stored[2])
+  local stored = get_string(key)
+  if stored and #stored == TB_BYTES then
+    stored_tokens, stored_last = struct.unpack(TB_LAYOUT, stored)
   end
   local tokens = tb_refill(cap, per_us, stored_tokens, stored_last, now)
   local last = math.max(stored_last, now)
@@ -70,15 +72,16 @@ function ALG.token_bucket.decide(key, capacity, refill_per_second, _, now, cost)
 end
 
 function ALG.token_bucket.write(key, step)
-  redis.call('HSET', key, 'tokens', fmt(step.tokens), 'last', fmt(step.last))
-  expire_us(key, step.ttl)
+  set_px(key, struct.pack(TB_LAYOUT, step.tokens, step.last), step.ttl)
   return {}
 end
 
 function ALG.token_bucket.refund(key, capacity, _, _, cost, _)
-  local tokens = tonumber(redis.call('HGET', key, 'tokens'))
-  if tokens then
-    redis.call('HSET', key, 'tokens', fmt(math.min(capacity, tokens + cost)))
+  local stored = get_string(key)
+  if stored and #stored == TB_BYTES then
+    local tokens, last = struct.unpack(TB_LAYOUT, stored)
+    redis.call('SET', key, struct.pack(TB_LAYOUT, math.min(capacity, tokens + cost), last),
+               'KEEPTTL')
   end
 end
 end -- if NEED.token_bucket

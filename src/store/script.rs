@@ -5,7 +5,7 @@
 //! `lua/decide.lua` (or `lua/refund.lua`) into one script, so a request's
 //! limits are decided in one atomic call. Arguments and replies keep
 //! numbers exact: floats travel as shortest round-trip decimal strings one
-//! way and `'%.17g'` strings the other.
+//! way and as integers or a double's eight bytes the other.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -213,6 +213,19 @@ fn text(v: &Value) -> Result<String, StoreError> {
     }
 }
 
+/// A number the script sent exactly: an integer reply for a whole number,
+/// else the eight bytes of the double, big endian (`exact` in
+/// `lua/common.lua`), so no decimal formatting runs on either side.
+fn exact(v: &Value) -> Result<f64, StoreError> {
+    match v {
+        Value::Int(n) => Ok(*n as f64),
+        Value::BulkString(b) => <[u8; 8]>::try_from(b.as_slice())
+            .map(f64::from_be_bytes)
+            .map_err(|_| protocol("expected a number")),
+        _ => Err(protocol("expected a number")),
+    }
+}
+
 fn array(v: &Value) -> Result<&[Value], StoreError> {
     match v {
         Value::Array(a) => Ok(a),
@@ -240,9 +253,7 @@ pub(crate) fn parse_reply(value: &Value, n: usize) -> Result<GroupReply, StoreEr
         if f.len() != 8 {
             return Err(protocol("wrong number of fields"));
         }
-        let remaining: f64 = text(&f[1])?
-            .parse()
-            .map_err(|_| protocol("remaining is not a number"))?;
+        let remaining = exact(&f[1])?;
         reply.verdicts.push(Verdict {
             allowed: int(&f[0])? == 1,
             remaining,
