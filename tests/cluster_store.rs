@@ -82,13 +82,15 @@ fn mixed(identity: &str, identity_cap: u64, ip_cap: u64) -> Vec<Item> {
                 window_us: 60_000_000,
             },
         ),
-        bucket(keys::ip_key("rw", &ip, "per-ip", "tb"), ip_cap),
+        bucket(
+            keys::ip_key("rw", &ip, &keys::limit_code(None, "per-ip", "tb")),
+            ip_cap,
+        ),
         Item::new(
             keys::route_key(
                 "rw",
                 &keys::hash_route(Some("POST"), "/api/export")[..keys::ROUTE_TAG_HEX],
-                "route",
-                "gc",
+                &keys::limit_code(None, "route", "gc"),
             ),
             Algorithm::Gcra {
                 rate_per_second: 0.001,

@@ -349,7 +349,7 @@ pub fn render(o: &Options, r: &Results) -> String {
     let _ = writeln!(
         w,
         "\n## Redis bytes per identity\n\nA thousand identities make one request each through a \
-         limiter with one limit (key `rw:{{free:<24 hex>}}:l:<alg>`). `MEMORY USAGE` is the mean \
+         limiter with one limit (key `rw:{{<16 base64url>}}:<5>`). `MEMORY USAGE` is the mean \
          over their keys (what `tests/redis_store.rs` checks); `used_memory` growth also counts \
          Redis's keyspace and expiry tables.\n"
     );

@@ -18,8 +18,8 @@ use crate::store::keys::{self, hash_identity};
 #[derive(Debug, Clone)]
 pub(crate) struct CompiledLimit {
     pub name: Arc<str>,
-    /// The `<name>:<alg>` end of its keys (route limits carry their route).
-    key_suffix: (String, &'static str),
+    /// The `<code>` end of its keys ([`keys::limit_code`]).
+    key_code: String,
     pub scope: Scope,
     pub shadow: bool,
     /// The enforced algorithm (the tier's split share, if split).
@@ -29,15 +29,12 @@ pub(crate) struct CompiledLimit {
 }
 
 impl CompiledLimit {
-    fn new(limit: &Limit, route_tag: Option<&str>, split: u32, instances: u32) -> Self {
+    fn new(limit: &Limit, key_code: String, split: u32, instances: u32) -> Self {
         let algorithm = shares::split_share(limit, split);
         let local = shares::local_share(&algorithm, instances);
         Self {
             name: limit.name.as_str().into(),
-            key_suffix: (
-                keys::limit_name(route_tag, &limit.name),
-                keys::algorithm_code(&limit.algorithm),
-            ),
+            key_code,
             scope: limit.scope,
             shadow: limit.shadow,
             algorithm,
@@ -64,6 +61,40 @@ pub(crate) struct CompiledRoute {
     tag: String,
 }
 
+/// What names a limit in its keys: (tier for identity-scoped limits,
+/// `<route>.<name>` or `<name>`, algorithm code).
+type CodeInput = (Option<String>, String, &'static str);
+
+fn code_input(tier: &str, limit: &Limit, route_tag: Option<&str>) -> CodeInput {
+    (
+        (limit.scope == Scope::Identity).then(|| tier.to_owned()),
+        keys::limit_name(route_tag, &limit.name),
+        keys::algorithm_code(&limit.algorithm),
+    )
+}
+
+/// Every limit's key code, decided for the whole policy at once so that
+/// two limits never share one ([`keys::limit_codes`]).
+fn key_codes(policy: &Policy, tags: &[String]) -> HashMap<CodeInput, String> {
+    let mut inputs = Vec::new();
+    for t in &policy.tiers {
+        for l in &t.limits {
+            inputs.push(code_input(&t.name, l, None));
+        }
+        for (r, tag) in policy.routes.iter().zip(tags) {
+            for l in &r.limits {
+                inputs.push(code_input(&t.name, l, Some(tag)));
+            }
+        }
+    }
+    let codes = keys::limit_codes(
+        inputs
+            .iter()
+            .map(|(t, n, a)| (t.as_deref(), n.as_str(), *a)),
+    );
+    inputs.into_iter().zip(codes).collect()
+}
+
 /// The whole policy, compiled.
 #[derive(Debug)]
 pub(crate) struct Compiled {
@@ -85,6 +116,11 @@ impl Compiled {
                 .iter()
                 .map(|r| (r.method.as_deref(), r.path.as_str())),
         );
+        let codes = key_codes(policy, &tags);
+        let compile = |tier: &str, l: &Limit, route_tag: Option<&str>, split: u32| {
+            let code = codes[&code_input(tier, l, route_tag)].clone();
+            CompiledLimit::new(l, code, split, instances)
+        };
         let tiers = policy
             .tiers
             .iter()
@@ -93,7 +129,7 @@ impl Compiled {
                 let limits = t
                     .limits
                     .iter()
-                    .map(|l| CompiledLimit::new(l, None, split, instances))
+                    .map(|l| compile(&t.name, l, None, split))
                     .collect();
                 let route_limits = policy
                     .routes
@@ -102,7 +138,7 @@ impl Compiled {
                     .map(|(r, tag)| {
                         r.limits
                             .iter()
-                            .map(|l| CompiledLimit::new(l, Some(tag), split, instances))
+                            .map(|l| compile(&t.name, l, Some(tag), split))
                             .collect()
                     })
                     .collect();
@@ -162,16 +198,11 @@ impl Compiled {
         let items = limits
             .iter()
             .map(|l| {
-                let (name, alg) = (&l.key_suffix.0, l.key_suffix.1);
+                let code = &l.key_code;
                 let key = match l.scope {
-                    Scope::Identity => keys::identity_key(
-                        &self.prefix,
-                        &tier.name,
-                        identity.hash(),
-                        part,
-                        name,
-                        alg,
-                    ),
+                    Scope::Identity => {
+                        keys::identity_key(&self.prefix, identity.hash(), part, code)
+                    }
                     Scope::Ip => {
                         // An unknown address is one address: rotating keys
                         // must not buy fresh IP counters.
@@ -182,9 +213,9 @@ impl Compiled {
                             );
                             hash_identity("ip", &group)
                         });
-                        keys::ip_key(&self.prefix, h, name, alg)
+                        keys::ip_key(&self.prefix, h, code)
                     }
-                    Scope::Route => keys::route_key(&self.prefix, route_tag, name, alg),
+                    Scope::Route => keys::route_key(&self.prefix, route_tag, code),
                 };
                 Item {
                     key,
@@ -254,7 +285,6 @@ mod tests {
         let get = keys_of(&c, "free", Some(1), &free);
         // Two rules on one path: their limits never share a key.
         assert_ne!(post[2], get[2]);
-        assert!(post[2].ends_with(":fw") && get[2].ends_with(":tb"));
         // The IP counter is one whatever tier the key claims.
         assert_eq!(post[1], keys_of(&c, "pro", Some(0), &pro)[1]);
         assert!(!post[1].contains("free"));
@@ -262,5 +292,19 @@ mod tests {
         let pro_get = keys_of(&c, "pro", Some(1), &pro);
         assert_eq!(get[3], pro_get[3]);
         assert!(get[3].starts_with("rw:{rt:"));
+        // Tiers never share an identity's counter, and nothing raw shows.
+        assert_ne!(
+            post[0],
+            keys_of(
+                &c,
+                "pro",
+                Some(0),
+                &Identity::new(IdentityKind::ApiKey, "free_a")
+            )[0]
+        );
+        for k in post.iter().chain(&get) {
+            assert!(!k.contains("free") && !k.contains("burst"), "{k}");
+            assert!(k.len() <= 30, "{k} fits Redis's 32-byte name allocation");
+        }
     }
 }

@@ -1,15 +1,18 @@
 //! The key schema.
 //!
 //! ```text
-//! {prefix}:{<tier>:<identity-hash>[#k]}:<name>:<alg>   scope = "identity"
-//! {prefix}:{ip:<address-hash>}:<name>:<alg>            scope = "ip"
-//! {prefix}:{rt:<route>}:<name>:<alg>                   scope = "route"
+//! {prefix}:{<identity>[#k]}:<code>   scope = "identity"
+//! {prefix}:{ip:<address>}:<code>     scope = "ip"
+//! {prefix}:{rt:<route>}:<code>       scope = "route"
 //!
-//! <name>  the limit's name for a tier's limit, `<route>.<name>` for a limit
-//!         a route rule adds
-//! <route> 8 hex digits of the hash of the rule's method and pattern
-//!         (`POST /api/export`), `*` outside every rule
-//! <alg>   the state shape: tb, sw, sl, fw, gc (GCRA), lb
+//! <identity>  the identity's 96-bit hash (the bits of [`hash_identity`]'s
+//!             24 hex digits) in 16 base64url characters
+//! <address>   the same for the address (or IPv6 prefix) of `scope = "ip"`
+//! <route>     8 hex digits of the hash of the rule's method and pattern
+//!             (`POST /api/export`), `*` outside every rule
+//! <code>      5 base64url characters of the hash of what names the limit:
+//!             its tier (identity scope only), its name (`<route>.<name>`
+//!             for a limit a route rule adds) and its algorithm
 //! ```
 //!
 //! The `{...}` hash tag holds what the counter counts, so every limit of one
@@ -19,20 +22,27 @@
 //! client-chosen `{`, `}` or `:` cannot move its slot or collide with
 //! another client's keys.
 //!
+//! Keys are short on purpose: Redis keeps a key name of up to 30 bytes in a
+//! 32-byte allocation and a longer one in 48 or more, and the name is most of
+//! what an identity costs (`rw:{<16>}:<5>` is 27 bytes).
+//!
 //! What makes a counter unique is in its key, and nothing else is:
 //! - a route rule's limits carry the rule's method and pattern, so `GET` and
 //!   `POST` rules on one path never share a counter;
 //! - IP- and route-scoped keys carry no tier: an address, or a route, is one
 //!   counter whatever tier its callers claim;
-//! - the algorithm code ends every key, so a limit whose algorithm changes
-//!   starts from a fresh counter instead of reading another shape of state.
+//! - the algorithm is part of the code, so a limit whose algorithm changes
+//!   starts from a fresh counter instead of reading another shape of state;
+//! - [`limit_codes`] lengthens every code of a policy in which two limits
+//!   would share a short one.
 //!
 //! ```
 //! use ratewatch::store::keys;
 //! let id = keys::hash_identity("key", "free_a{b}:c");
-//! let k = keys::identity_key("rw", "free", &id, None, "burst", "tb");
-//! assert!(k.starts_with("rw:{free:") && k.ends_with("}:burst:tb"));
-//! assert!(!k.contains("free_a"));
+//! let code = keys::limit_code(Some("free"), "burst", "tb");
+//! let k = keys::identity_key("rw", &id, None, &code);
+//! assert!(k.starts_with("rw:{") && k.len() == 27);
+//! assert!(!k.contains("free"));
 //! ```
 
 use sha2::{Digest, Sha256};
@@ -52,7 +62,7 @@ pub fn hash_identity(kind: &str, raw: &str) -> String {
     hex_hash(&[kind.as_bytes(), raw.as_bytes()], HASH_HEX)
 }
 
-fn hex_hash(parts: &[&[u8]], len: usize) -> String {
+fn digest(parts: &[&[u8]]) -> [u8; 32] {
     let mut h = Sha256::new();
     for (i, p) in parts.iter().enumerate() {
         if i > 0 {
@@ -60,7 +70,11 @@ fn hex_hash(parts: &[&[u8]], len: usize) -> String {
         }
         h.update(p);
     }
-    let digest = h.finalize();
+    h.finalize().into()
+}
+
+fn hex_hash(parts: &[&[u8]], len: usize) -> String {
+    let digest = digest(parts);
     // By table, not `format!` per byte: this runs once per request.
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(len + 1);
@@ -72,7 +86,100 @@ fn hex_hash(parts: &[&[u8]], len: usize) -> String {
     out
 }
 
-/// The short code of an algorithm's state shape, the last part of a key.
+/// Characters of a limit's code in keys (30 bits).
+pub const LIMIT_CODE_LEN: usize = 5;
+
+/// Characters of a code when short ones would collide in a policy.
+const LONG_CODE_LEN: usize = 16;
+
+const BASE64URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// Appends `bytes` in base64url without padding (whole groups of 3 bytes).
+fn push_base64url(out: &mut String, bytes: &[u8]) {
+    for chunk in bytes.chunks(3) {
+        let mut n = 0u32;
+        for (i, b) in chunk.iter().enumerate() {
+            n |= u32::from(*b) << (16 - 8 * i);
+        }
+        for i in 0..=chunk.len() {
+            out.push(BASE64URL[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+}
+
+fn limit_code_of(tier: Option<&str>, name: &str, alg: &str, len: usize) -> String {
+    let (scope, tier) = match tier {
+        Some(t) => (&b"identity"[..], t),
+        None => (&b"shared"[..], ""),
+    };
+    let digest = digest(&[
+        b"limit",
+        scope,
+        tier.as_bytes(),
+        name.as_bytes(),
+        alg.as_bytes(),
+    ]);
+    let mut out = String::with_capacity(len + 4);
+    push_base64url(&mut out, &digest[..len.div_ceil(4) * 3]);
+    out.truncate(len);
+    out
+}
+
+/// The `<code>` of a limit's keys: `tier` for an identity-scoped limit,
+/// `None` for IP- and route-scoped ones (shared by every tier); `name` from
+/// [`limit_name`], `alg` from [`algorithm_code`].
+pub fn limit_code(tier: Option<&str>, name: &str, alg: &str) -> String {
+    limit_code_of(tier, name, alg, LIMIT_CODE_LEN)
+}
+
+/// The codes of a policy's limits, given as (tier, name, alg) as for
+/// [`limit_code`]: [`LIMIT_CODE_LEN`] characters each, or 16 for every
+/// limit if two different limits would share a short code (a policy change
+/// that causes this resets counters once; keeping limits apart matters
+/// more). Equal inputs get equal codes.
+pub fn limit_codes<'a>(
+    limits: impl Iterator<Item = (Option<&'a str>, &'a str, &'a str)>,
+) -> Vec<String> {
+    codes_with_len(limits.collect(), LIMIT_CODE_LEN)
+}
+
+fn codes_with_len(limits: Vec<(Option<&str>, &str, &str)>, len: usize) -> Vec<String> {
+    let short: Vec<String> = limits
+        .iter()
+        .map(|&(t, n, a)| limit_code_of(t, n, a, len))
+        .collect();
+    let mut seen = std::collections::HashMap::new();
+    let collides = limits
+        .iter()
+        .zip(&short)
+        .any(|(input, code)| *seen.entry(code.as_str()).or_insert(input) != input);
+    if collides {
+        limits
+            .iter()
+            .map(|&(t, n, a)| limit_code_of(t, n, a, LONG_CODE_LEN))
+            .collect()
+    } else {
+        short
+    }
+}
+
+/// Appends the dense form of a hash from [`hash_identity`]: its 96 bits in
+/// 16 base64url characters. Anything else is appended as it is.
+fn push_dense(out: &mut String, hex: &str) {
+    let digits = hex.as_bytes();
+    if digits.len() != HASH_HEX || !digits.iter().all(u8::is_ascii_hexdigit) {
+        out.push_str(hex);
+        return;
+    }
+    let nibble = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
+    let mut bytes = [0u8; HASH_HEX / 2];
+    for (b, pair) in bytes.iter_mut().zip(digits.chunks(2)) {
+        *b = nibble(pair[0]) << 4 | nibble(pair[1]);
+    }
+    push_base64url(out, &bytes);
+}
+
+/// The short code of an algorithm's state shape, part of a limit's code.
 pub fn algorithm_code(algorithm: &Algorithm) -> &'static str {
     match algorithm {
         Algorithm::TokenBucket { .. } => "tb",
@@ -124,44 +231,44 @@ pub fn limit_name(route_tag: Option<&str>, limit: &str) -> String {
     }
 }
 
-/// The key of a limit scoped to an identity. `part` is the sub-identity
-/// index of a split tier (`#k` inside the tag); `name` comes from
-/// [`limit_name`], `alg` from [`algorithm_code`].
-pub fn identity_key(
-    prefix: &str,
-    tier: &str,
-    identity_hash: &str,
-    part: Option<u32>,
-    name: &str,
-    alg: &str,
-) -> String {
-    if let Some(k) = part {
-        return format!("{prefix}:{{{tier}:{identity_hash}#{k}}}:{name}:{alg}");
-    }
+/// The key of a limit scoped to an identity: `identity_hash` from
+/// [`hash_identity`], `part` the sub-identity index of a split tier (`#k`
+/// inside the tag), `code` from [`limit_code`] with the tier.
+pub fn identity_key(prefix: &str, identity_hash: &str, part: Option<u32>, code: &str) -> String {
     // Built in one allocation of the right size: every request makes one
-    // per limit, and `format!` grew its buffer several times.
-    join(&[prefix, ":{", tier, ":", identity_hash, "}:", name, ":", alg])
-}
-
-fn join(parts: &[&str]) -> String {
-    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
-    for p in parts {
-        out.push_str(p);
+    // per limit.
+    let mut out = String::with_capacity(prefix.len() + 2 * HASH_HEX);
+    out.push_str(prefix);
+    out.push_str(":{");
+    push_dense(&mut out, identity_hash);
+    if let Some(k) = part {
+        out.push('#');
+        out.push_str(&k.to_string());
     }
+    out.push_str("}:");
+    out.push_str(code);
     out
 }
 
 /// The key of a limit scoped to the client address, whatever key or tier
 /// it presents; `address_hash` is [`hash_identity`]`("ip", ...)` of the
-/// address (or of its IPv6 prefix).
-pub fn ip_key(prefix: &str, address_hash: &str, name: &str, alg: &str) -> String {
-    join(&[prefix, ":{ip:", address_hash, "}:", name, ":", alg])
+/// address (or of its IPv6 prefix), `code` from [`limit_code`] without a
+/// tier.
+pub fn ip_key(prefix: &str, address_hash: &str, code: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + 2 * HASH_HEX);
+    out.push_str(prefix);
+    out.push_str(":{ip:");
+    push_dense(&mut out, address_hash);
+    out.push_str("}:");
+    out.push_str(code);
+    out
 }
 
 /// The key of a limit global to a route (one ceiling for every client of
-/// every tier); `route_tag` is the route's tag or [`ANY_ROUTE`].
-pub fn route_key(prefix: &str, route_tag: &str, name: &str, alg: &str) -> String {
-    join(&[prefix, ":{rt:", route_tag, "}:", name, ":", alg])
+/// every tier); `route_tag` is the route's tag or [`ANY_ROUTE`], `code`
+/// from [`limit_code`] without a tier.
+pub fn route_key(prefix: &str, route_tag: &str, code: &str) -> String {
+    [prefix, ":{rt:", route_tag, "}:", code].concat()
 }
 
 /// The hash tag of a key: the part between the first `{` and the next `}`.
@@ -179,6 +286,10 @@ pub fn hash_tag(key: &str) -> &str {
 mod tests {
     use super::*;
 
+    fn code(tier: &str, name: &str) -> String {
+        limit_code(Some(tier), name, "tb")
+    }
+
     #[test]
     fn hostile_identities_cannot_move_their_slot_or_collide() {
         let a = hash_identity("key", "free_{x}");
@@ -189,29 +300,71 @@ mod tests {
             assert!(h.chars().all(|c| c.is_ascii_hexdigit()));
         }
         assert_ne!(a, b);
-        let k = identity_key("rw", "free", &a, None, "burst", "tb");
-        assert_eq!(hash_tag(&k), format!("free:{a}"));
+        let k = identity_key("rw", &a, None, &code("free", "burst"));
+        let tag = hash_tag(&k);
+        assert_eq!(tag.len(), 16);
+        assert!(
+            tag.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+        );
+        assert_ne!(tag, hash_tag(&identity_key("rw", &b, None, "x")));
     }
 
     #[test]
-    fn identity_hashes_are_the_lowercase_hex_sha256_prefix_existing_keys_use() {
-        // sha256(b"key\0free_k"), first 24 hex digits: keys written by
-        // earlier versions keep their name.
+    fn identity_hashes_are_the_lowercase_hex_sha256_prefix_fleet_stats_use() {
+        // sha256(b"key\0free_k"), first 24 hex digits: the fleet view and
+        // the dashboard's hashed view keep showing the same hashes.
         assert_eq!(hash_identity("key", "free_k"), "fd56fce8f54dd12e9c5b25af");
     }
 
     #[test]
     fn keys_read_as_the_schema_says() {
+        // The same 96 bits as the hex hash, in base64url.
+        let h = "fd56fce8f54dd12e9c5b25af";
         assert_eq!(
-            identity_key("rw", "free", "ab", None, "burst", "tb"),
-            "rw:{free:ab}:burst:tb"
+            identity_key("rw", h, None, "AbCd_"),
+            "rw:{_Vb86PVN0S6cWyWv}:AbCd_"
         );
         assert_eq!(
-            identity_key("rw", "pro", "ab", Some(2), "day", "fw"),
-            "rw:{pro:ab#2}:day:fw"
+            identity_key("rw", h, Some(2), "AbCd_"),
+            "rw:{_Vb86PVN0S6cWyWv#2}:AbCd_"
         );
-        assert_eq!(ip_key("rw", "cd", "per_ip", "gc"), "rw:{ip:cd}:per_ip:gc");
-        assert_eq!(route_key("rw", "ef", "all", "sw"), "rw:{rt:ef}:all:sw");
+        assert_eq!(ip_key("rw", h, "x"), "rw:{ip:_Vb86PVN0S6cWyWv}:x");
+        assert_eq!(route_key("rw", "ef", "y"), "rw:{rt:ef}:y");
+        // A hash that is not 24 hex digits is used as it is.
+        assert_eq!(identity_key("rw", "ab", None, "c"), "rw:{ab}:c");
+    }
+
+    #[test]
+    fn a_limit_code_names_tier_name_and_algorithm() {
+        let c = code("free", "burst");
+        assert_eq!(c.len(), LIMIT_CODE_LEN);
+        assert_eq!(c, code("free", "burst"), "codes are stable");
+        assert_ne!(c, code("pro", "burst"));
+        assert_ne!(c, code("free", "minute"));
+        assert_ne!(c, limit_code(Some("free"), "burst", "fw"));
+        // IP- and route-scoped limits are shared by every tier.
+        assert_ne!(c, limit_code(None, "burst", "tb"));
+    }
+
+    #[test]
+    fn limits_whose_short_codes_collide_all_get_long_codes() {
+        // One character (6 bits): among 20 names two collide for sure.
+        let names: Vec<String> = (0..20).map(|i| format!("limit{i}")).collect();
+        let inputs: Vec<_> = names
+            .iter()
+            .map(|n| (Some("free"), n.as_str(), "tb"))
+            .collect();
+        let codes = codes_with_len(inputs.clone(), 1);
+        assert!(codes.iter().all(|c| c.len() == LONG_CODE_LEN));
+        let distinct: std::collections::HashSet<_> = codes.iter().collect();
+        assert_eq!(distinct.len(), 20);
+        // Repeated inputs are one limit, not a collision.
+        let same = codes_with_len(vec![inputs[0], inputs[0]], 1);
+        assert_eq!(same[0].len(), 1);
+        assert_eq!(same[0], same[1]);
+        let policy = limit_codes(inputs.into_iter());
+        assert!(policy.iter().all(|c| c.len() == LIMIT_CODE_LEN));
     }
 
     #[test]
@@ -225,8 +378,8 @@ mod tests {
     #[test]
     fn split_identities_get_distinct_tags() {
         let h = hash_identity("key", "k");
-        let k0 = identity_key("rw", "pro", &h, Some(0), "burst", "tb");
-        let k1 = identity_key("rw", "pro", &h, Some(1), "burst", "tb");
+        let k0 = identity_key("rw", &h, Some(0), "c");
+        let k1 = identity_key("rw", &h, Some(1), "c");
         assert_ne!(hash_tag(&k0), hash_tag(&k1));
     }
 
@@ -256,19 +409,23 @@ mod tests {
             limit: 1,
             window_us: 1_000_000,
         };
-        assert_ne!(
-            identity_key("rw", "free", &h, None, "x", algorithm_code(&tb)),
-            identity_key("rw", "free", &h, None, "x", algorithm_code(&fw))
-        );
+        let key = |alg: &Algorithm| {
+            identity_key(
+                "rw",
+                &h,
+                None,
+                &limit_code(Some("free"), "x", algorithm_code(alg)),
+            )
+        };
+        assert_ne!(key(&tb), key(&fw));
     }
 
     #[test]
-    fn an_identity_key_stays_short() {
+    fn keys_fit_the_32_byte_allocation_redis_gives_names_up_to_30_bytes() {
         let h = hash_identity("key", "free_k");
-        // rw:{free:<24>}:minute:sw
-        assert_eq!(
-            identity_key("rw", "free", &h, None, "minute", "sw").len(),
-            3 + 1 + 5 + 24 + 1 + 1 + 6 + 3
-        );
+        let c = limit_code(Some("enterprise"), "1a2b3c4d.a_long_limit_name", "sw");
+        assert_eq!(identity_key("rw", &h, None, &c).len(), 27);
+        assert_eq!(identity_key("rw", &h, Some(7), &c).len(), 29);
+        assert_eq!(ip_key("rw", &h, &c).len(), 30);
     }
 }

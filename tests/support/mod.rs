@@ -19,11 +19,9 @@ pub fn identity_key(identity: &str, limit: &str) -> String {
     use ratewatch::store::keys;
     keys::identity_key(
         "rw",
-        "free",
         &keys::hash_identity("key", identity),
         None,
-        limit,
-        "test",
+        &keys::limit_code(Some("free"), limit, "test"),
     )
 }
 
@@ -38,11 +36,9 @@ pub fn limiter_key(
     use ratewatch::store::keys;
     keys::identity_key(
         "rw",
-        "free",
         &keys::hash_identity("key", identity),
         None,
-        limit,
-        keys::algorithm_code(algorithm),
+        &keys::limit_code(Some("free"), limit, keys::algorithm_code(algorithm)),
     )
 }
 
