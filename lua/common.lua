@@ -20,27 +20,21 @@
 
 local ALG = {}
 
--- The algorithms this call names. Redis runs the whole script on every
--- call, and defining all six algorithms' functions cost more Redis CPU than
--- deciding a token bucket, so each algorithm file defines its functions only
--- when the call's arguments name it (no parameter, key or member is ever an
--- algorithm name, so over-matching cannot happen).
+-- Redis runs a script's whole body on every call, so every function or
+-- table defined here is built again per decision: common.lua defines only
+-- what several algorithms share, and each algorithm file defines its
+-- functions only when the call names it.
+local floor, fmod, format = math.floor, math.fmod, string.format
+
+-- The algorithms this call names. `ENTRY` (the script's first line, set by
+-- src/store/script.rs) says where: decide.lua names them at ARGV[4], [9],
+-- [14], ...; refund.lua (rare) somewhere among its arguments, so it marks
+-- every argument (no parameter or member is an algorithm name).
 local NEED = {}
-for i = 1, #ARGV do
-  NEED[ARGV[i]] = true
-end
-
--- An integer (µs, a count) as the decimal string that parses back to it.
-local function fmt(x)
-  return string.format('%d', x)
-end
-
--- A number for the reply that Rust reads back to the same double: an
--- integer reply when it is a whole number (exact below 2^53), else the
--- double's eight bytes, big endian.
-local function exact(x)
-  if x == math.floor(x) and x < 9007199254740992 then return x end
-  return struct.pack('>d', x)
+if ENTRY == 'decide' then
+  for i = 4, #ARGV, 5 do NEED[ARGV[i]] = true end
+else
+  for i = 1, #ARGV do NEED[ARGV[i]] = true end
 end
 
 -- The string held at `key`, or nil when it is absent or of another type.
@@ -50,37 +44,17 @@ local function get_string(key)
   return nil
 end
 
--- `ceil_us` of src/algorithm/mod.rs: non-positive becomes 0, else ceil.
-local function ceil_us(x)
-  if x <= 0 then return 0 end
-  return math.ceil(x)
-end
-
--- An exact remainder of non-negative integers (fmod never rounds).
-local function imod(a, b)
-  return math.fmod(a, b)
-end
-
--- Integer division of non-negative integers below 2^53.
-local function idiv(a, b)
-  return math.floor(a / b)
-end
-
 -- Saturating subtraction of unsigned integers.
 local function sat_sub(a, b)
   if a > b then return a - b end
   return 0
 end
 
--- Expiry in whole milliseconds, rounded up so a key never dies before its
--- state stops mattering, and at least 1 ms (PX 0 is refused).
-local function px(ttl_us)
+-- Writes `value` at `key` with an expiry of `ttl_us` in whole milliseconds,
+-- rounded up so a key never dies before its state stops mattering, and at
+-- least 1 ms (PX 0 is refused), in one command.
+local function set_px(key, value, ttl_us)
   local ms = math.ceil(ttl_us / 1000)
   if ms < 1 then ms = 1 end
-  return ms
-end
-
--- Writes `value` at `key` with its expiry, in one command.
-local function set_px(key, value, ttl_us)
-  redis.call('SET', key, value, 'PX', fmt(px(ttl_us)))
+  redis.call('SET', key, value, 'PX', format('%d', ms))
 end

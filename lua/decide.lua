@@ -16,12 +16,18 @@
 -- replaced by the write (see common.lua), instead of failing with WRONGTYPE
 -- until it expires.
 --
--- Returns { allowed (1/0), now (µs),
---           per limit i: { allowed (1/0), remaining (an integer, or the
---                          8 bytes of a double, big endian: see `exact`),
---                          reset_after_us, retry_after_us, delay_us,
---                          written (1/0), window start written (µs, or 0),
---                          { members added (sliding log) } } }
+-- Returns one flat array (each table and each element of a reply costs
+-- Redis CPU, so only what a limit needs is sent):
+--   allowed (1/0), now (µs),
+--   then per limit i: head, remaining (an integer, or the 8 bytes of a
+--   double, big endian), reset_after_us, retry_after_us, then by head:
+--   head = allowed (1/0) + 2 × what follows:
+--     0  nothing
+--     1  delay_us (an admitted leaky-bucket request must wait)
+--     2  the window start written (µs; window counters)
+--     3  the number m of sliding-log members written, then those m members
+-- A limit's state was written if and only if the call and the limit
+-- allowed and it was not a peek.
 
 local now
 if ARGV[1] ~= '' then
@@ -41,23 +47,54 @@ for i = 1, #KEYS do
   if not alg then
     return redis.error_reply('ratewatch: unknown algorithm ' .. tostring(ARGV[base]))
   end
-  local step = alg.decide(KEYS[i], tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3]),
-                          tonumber(ARGV[base + 4]), now, cost)
+  -- Parameters go as ARGV strings: each algorithm converts the ones it
+  -- uses (tonumber costs a fifth of a Redis command here).
+  local step = alg.decide(KEYS[i], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], now, cost)
   steps[i] = step
   if not step.allowed and ARGV[base + 1] ~= '1' then
     allowed = false
   end
 end
 
-local reply = { allowed and 1 or 0, now }
+-- Sized for one limit at once (growing a table costs a rehash per doubling).
+local reply = { allowed and 1 or 0, now, 0, 0, 0, 0 }
+local n = 2
 for i = 1, #KEYS do
   local step = steps[i]
-  local written, added = 0, {}
-  if allowed and not peek and step.allowed then
-    added = ALG[ARGV[4 + 5 * (i - 1)]].write(KEYS[i], step)
-    written = 1
+  local head, extra, added = 0, nil, nil
+  if step.allowed then
+    head = 1
+    if allowed and not peek then
+      added = ALG[ARGV[4 + 5 * (i - 1)]].write(KEYS[i], step)
+      if added then
+        head = 7
+      elseif step.start then
+        head, extra = 5, step.start
+      end
+    end
+    if step.delay and step.delay > 0 then
+      head, extra = 3, step.delay
+    end
   end
-  reply[#reply + 1] = { step.allowed and 1 or 0, exact(step.remaining), step.reset,
-                        step.retry, step.delay, written, step.start or 0, added }
+  reply[n + 1] = head
+  -- A number Rust reads back to the same double: an integer reply when it
+  -- is whole (exact below 2^53), else the double's 8 bytes, big endian.
+  local r = step.remaining
+  if r == floor(r) and r < 9007199254740992 then
+    reply[n + 2] = r
+  else
+    reply[n + 2] = struct.pack('>d', r)
+  end
+  reply[n + 3] = step.reset
+  reply[n + 4] = step.retry
+  n = n + 4
+  if extra then
+    reply[n + 1] = extra
+    n = n + 1
+  elseif added then
+    reply[n + 1] = #added
+    for j = 1, #added do reply[n + 1 + j] = added[j] end
+    n = n + 1 + #added
+  end
 end
 return reply

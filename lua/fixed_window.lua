@@ -6,9 +6,10 @@
 -- ARGV      p1 = limit (units per window, integer)
 --           p2 = window length (µs, integer)
 --           p3 = unused
--- now       µs since epoch; cost = units requested (0 peeks)
+-- now       µs since epoch; cost = units requested (0 peeks); decide gets
+--           p1..p3 as ARGV strings, refund as numbers
 -- decide    returns a step: allowed, remaining (units), reset_us,
---           retry_us, delay_us (always 0), ttl_us = until the window ends
+--           retry_us, ttl_us = until the window ends
 --           (a stored window later than `now` stays current)
 -- refund    decrements count by `cost` if the window is still the same
 
@@ -28,7 +29,8 @@ end
 -- A stored window that starts after `now` (the clock stepped back) is still
 -- the current one, with its count: time never runs a window backwards.
 function ALG.fixed_window.decide(key, limit, window, _, now, cost)
-  local start = now - imod(now, window)
+  limit, window = tonumber(limit), tonumber(window)
+  local start = now - fmod(now, window)
   local count = 0
   local s, c = fw_read(key)
   if s and s >= start then
@@ -38,16 +40,15 @@ function ALG.fixed_window.decide(key, limit, window, _, now, cost)
   local reset = start + window - now
   if count + cost <= limit then
     return { allowed = true, remaining = limit - count - cost, reset = reset,
-             retry = 0, delay = 0, ttl = reset,
+             retry = 0, ttl = reset,
              start = start, count = count + cost }
   end
   return { allowed = false, remaining = sat_sub(limit, count), reset = reset,
-           retry = reset, delay = 0, ttl = reset }
+           retry = reset, ttl = reset }
 end
 
 function ALG.fixed_window.write(key, step)
   set_px(key, struct.pack(FW_LAYOUT, step.start, step.count), step.ttl)
-  return {}
 end
 
 function ALG.fixed_window.refund(key, _, _, _, cost, start)

@@ -8,7 +8,8 @@
 --                `interval_us` in src/algorithm/mod.rs)
 --           p2 = burst (units at once, integer)
 --           p3 = maximum delay (µs; 0 for GCRA, which never delays)
--- now       µs since epoch; cost = units requested (0 peeks)
+-- now       µs since epoch; cost = units requested (0 peeks); decide gets
+--           p1..p3 as ARGV strings, refund as numbers
 -- decide    returns a step: allowed, remaining (units), reset_us,
 --           retry_us, delay_us, ttl_us = TAT - now
 -- refund    moves the TAT back by cost × interval; keeps the expiry
@@ -16,7 +17,13 @@
 if NEED.gcra or NEED.leaky_bucket then -- leaky_bucket reuses it; see common.lua
 ALG.gcra = {}
 
+-- Integer division of non-negative integers below 2^53.
+local function idiv(a, b)
+  return floor(a / b)
+end
+
 function ALG.gcra.decide(key, interval, burst, max_delay, now, cost)
+  interval, burst, max_delay = tonumber(interval), tonumber(burst), tonumber(max_delay)
   -- A value that is not a number is another layout's: absent.
   local tat = tonumber(get_string(key))
   if tat then
@@ -46,14 +53,13 @@ function ALG.gcra.decide(key, interval, burst, max_delay, now, cost)
 end
 
 function ALG.gcra.write(key, step)
-  set_px(key, fmt(step.tat), step.ttl)
-  return {}
+  set_px(key, format('%d', step.tat), step.ttl)
 end
 
 function ALG.gcra.refund(key, interval, _, _, cost, _)
   local tat = tonumber(get_string(key))
   if tat then
-    redis.call('SET', key, fmt(tat - cost * interval), 'KEEPTTL')
+    redis.call('SET', key, format('%d', tat - cost * interval), 'KEEPTTL')
   end
 end
 end -- if NEED.gcra or NEED.leaky_bucket

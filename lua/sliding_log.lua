@@ -8,9 +8,10 @@
 -- ARGV      p1 = limit (units per window, integer)
 --           p2 = window length (µs, integer)
 --           p3 = unused
--- now       µs since epoch; cost = units requested (0 peeks)
+-- now       µs since epoch; cost = units requested (0 peeks); decide gets
+--           p1..p3 as ARGV strings, refund as numbers
 -- decide    reads only (ZCOUNT, ZRANGEBYSCORE); returns a step: allowed,
---           remaining (units), reset_us, retry_us, delay_us (always 0),
+--           remaining (units), reset_us, retry_us,
 --           ttl_us = one window past the newest entry (or `now`)
 -- write     drops entries that left the window, adds `cost` members and
 --           returns them, so a refund can remove exactly those
@@ -18,6 +19,11 @@
 
 if NEED.sliding_log then -- defined only for calls that name it (common.lua)
 ALG.sliding_log = {}
+
+-- An integer as the decimal string that parses back to it.
+local function fmt(x)
+  return format('%d', x)
+end
 
 -- The score of the `index`-th (0-based) entry still in the window.
 local function sl_score_at(key, horizon, index, reverse)
@@ -33,6 +39,7 @@ local function sl_score_at(key, horizon, index, reverse)
 end
 
 function ALG.sliding_log.decide(key, limit, window, _, now, cost)
+  limit, window = tonumber(limit), tonumber(window)
   local horizon = sat_sub(now, window)
   local count = redis.pcall('ZCOUNT', key, '(' .. fmt(horizon), '+inf')
   -- A key of another type (another algorithm's string) reads as an empty
@@ -56,7 +63,7 @@ function ALG.sliding_log.decide(key, limit, window, _, now, cost)
       reset = oldest + window - now
     end
     return { allowed = true, remaining = limit - count - cost, reset = reset,
-             retry = 0, delay = 0, ttl = ttl, horizon = horizon,
+             retry = 0, ttl = ttl, horizon = horizon,
              cost = cost, now = now, foreign = foreign }
   end
   -- The request passes once `count + cost - limit` of the oldest entries
@@ -68,7 +75,7 @@ function ALG.sliding_log.decide(key, limit, window, _, now, cost)
   local reset = 0
   if count > 0 then reset = sl_score_at(key, horizon, 0, true) + window - now end
   return { allowed = false, remaining = sat_sub(limit, count), reset = reset,
-           retry = math.max(retry, 1), delay = 0, ttl = ttl }
+           retry = math.max(retry, 1), ttl = ttl }
 end
 
 function ALG.sliding_log.write(key, step)
@@ -87,7 +94,9 @@ function ALG.sliding_log.write(key, step)
     added[#added + 1] = member
     n = n + 1
   end
-  redis.call('PEXPIRE', key, fmt(px(step.ttl)))
+  local ms = math.ceil(step.ttl / 1000)
+  if ms < 1 then ms = 1 end
+  redis.call('PEXPIRE', key, fmt(ms))
   return added
 end
 

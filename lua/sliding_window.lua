@@ -7,9 +7,10 @@
 -- ARGV      p1 = limit (units per window, integer)
 --           p2 = window length (µs, integer)
 --           p3 = unused
--- now       µs since epoch; cost = units requested (0 peeks)
+-- now       µs since epoch; cost = units requested (0 peeks); decide gets
+--           p1..p3 as ARGV strings, refund as numbers
 -- decide    returns a step: allowed, remaining (units, float), reset_us,
---           retry_us, delay_us (always 0), ttl_us = until the next window ends
+--           retry_us, ttl_us = until the next window ends
 -- refund    decrements count by `cost` if the window is still the same
 
 if NEED.sliding_window then -- defined only for calls that name it (common.lua)
@@ -77,7 +78,8 @@ local function sw_retry_after(limit, window, start, prev, curr, now, cost)
 end
 
 function ALG.sliding_window.decide(key, limit, window, _, now, cost)
-  local start = now - imod(now, window)
+  limit, window = tonumber(limit), tonumber(window)
+  local start = now - fmod(now, window)
   local curr, prev = 0, 0
   local s, c, p = sw_read(key)
   if s then
@@ -105,7 +107,7 @@ function ALG.sliding_window.decide(key, limit, window, _, now, cost)
       reset = 0
     end
     return { allowed = true, remaining = limit_f - (est + cost), reset = reset,
-             retry = 0, delay = 0, ttl = start + 2 * window - now,
+             retry = 0, ttl = start + 2 * window - now,
              start = start, count = curr, prev = prev }
   end
   local reset
@@ -115,13 +117,11 @@ function ALG.sliding_window.decide(key, limit, window, _, now, cost)
     reset = start + window - now
   end
   return { allowed = false, remaining = math.max(limit_f - est, 0), reset = reset,
-           retry = sw_retry_after(limit, window, start, prev, curr, now, cost),
-           delay = 0, ttl = start + 2 * window - now }
+           retry = sw_retry_after(limit, window, start, prev, curr, now, cost), ttl = start + 2 * window - now }
 end
 
 function ALG.sliding_window.write(key, step)
   set_px(key, sw_pack(step.start, step.count, step.prev), step.ttl)
-  return {}
 end
 
 function ALG.sliding_window.refund(key, _, _, _, cost, start)

@@ -6,15 +6,22 @@
 -- ARGV      p1 = capacity (tokens, integer)
 --           p2 = refill_per_second (tokens per second, float)
 --           p3 = unused
--- now       µs since epoch; cost = units requested (0 peeks)
+-- now       µs since epoch; cost = units requested (0 peeks); decide gets
+--           p1..p3 as ARGV strings, refund as numbers
 -- decide    returns a step: allowed, remaining (tokens), reset_us,
---           retry_us, delay_us (always 0), ttl_us = time to refill to full
+--           retry_us, ttl_us = time to refill to full
 -- refund    adds `cost` tokens back, capped at capacity; keeps the expiry
 
 if NEED.token_bucket then -- defined only for calls that name it (common.lua)
 ALG.token_bucket = {}
 
 local TB_LAYOUT, TB_BYTES = '>dI7', 15
+
+-- `ceil_us` of src/algorithm/mod.rs: non-positive becomes 0, else ceil.
+local function ceil_us(x)
+  if x <= 0 then return 0 end
+  return math.ceil(x)
+end
 
 -- Tokens held at `now` by a bucket that held `tokens` at `last`. A clock
 -- that steps back refills nothing; it never drains either. Once the time to
@@ -31,6 +38,7 @@ local function tb_refill(cap, per_us, tokens, last, now)
 end
 
 function ALG.token_bucket.decide(key, capacity, refill_per_second, _, now, cost)
+  capacity, refill_per_second = tonumber(capacity), tonumber(refill_per_second)
   local cap = capacity
   local per_us = refill_per_second / 1000000
   local stored_tokens, stored_last = cap, now
@@ -48,8 +56,8 @@ function ALG.token_bucket.decide(key, capacity, refill_per_second, _, now, cost)
   if tokens >= need then
     local left = tokens - need
     local reset = lag + ceil_us((cap - left) / per_us)
-    return { allowed = true, remaining = left, reset = reset, retry = 0,
-             delay = 0, ttl = reset, tokens = left, last = last }
+    return { allowed = true, remaining = left, reset = reset, retry = 0, ttl = reset,
+             tokens = left, last = last }
   end
   local reset = lag + ceil_us((cap - tokens) / per_us)
   -- The closed form, corrected by at most a few microseconds so the request
@@ -67,13 +75,11 @@ function ALG.token_bucket.decide(key, capacity, refill_per_second, _, now, cost)
       break
     end
   end
-  return { allowed = false, remaining = tokens, reset = reset, retry = retry,
-           delay = 0, ttl = reset }
+  return { allowed = false, remaining = tokens, reset = reset, retry = retry, ttl = reset }
 end
 
 function ALG.token_bucket.write(key, step)
   set_px(key, struct.pack(TB_LAYOUT, step.tokens, step.last), step.ttl)
-  return {}
 end
 
 function ALG.token_bucket.refund(key, capacity, _, _, cost, _)

@@ -18,8 +18,12 @@ use crate::algorithm::{Algorithm, Verdict, interval_us};
 use crate::clock::Micros;
 
 macro_rules! with_algorithms {
-    ($main:literal) => {
+    ($entry:literal, $main:literal) => {
         concat!(
+            // Where common.lua finds the algorithm names among the arguments.
+            "local ENTRY = '",
+            $entry,
+            "'\n",
             include_str!("../../lua/common.lua"),
             include_str!("../../lua/token_bucket.lua"),
             include_str!("../../lua/sliding_window.lua"),
@@ -33,10 +37,10 @@ macro_rules! with_algorithms {
 }
 
 /// The source of the decide script (every algorithm plus `lua/decide.lua`).
-pub const DECIDE_LUA: &str = with_algorithms!("../../lua/decide.lua");
+pub const DECIDE_LUA: &str = with_algorithms!("decide", "../../lua/decide.lua");
 
 /// The source of the refund script (every algorithm plus `lua/refund.lua`).
-pub const REFUND_LUA: &str = with_algorithms!("../../lua/refund.lua");
+pub const REFUND_LUA: &str = with_algorithms!("refund", "../../lua/refund.lua");
 
 /// The two scripts, their SHA1 computed once.
 pub(crate) struct Scripts {
@@ -154,7 +158,8 @@ pub(crate) fn refund_cmd(
     cost: u64,
 ) -> Option<Cmd> {
     let written: Vec<usize> = (0..items.len()).filter(|&i| reply.written[i]).collect();
-    if written.is_empty() {
+    // A peek (cost 0) wrote and charged nothing.
+    if written.is_empty() || cost == 0 {
         return None;
     }
     let mut cmd = redis::cmd("EVALSHA");
@@ -182,7 +187,7 @@ pub(crate) struct GroupReply {
     pub(crate) now: Micros,
     /// One verdict per item, in order (not yet uncharged).
     pub(crate) verdicts: Vec<Verdict>,
-    /// Whether the item's state was written.
+    /// Whether the item's state was written (unless the call peeked).
     pub(crate) written: Vec<bool>,
     /// The window start written (window counters), else 0.
     pub(crate) window_start: Vec<u64>,
@@ -234,38 +239,62 @@ fn array(v: &Value) -> Result<&[Value], StoreError> {
     }
 }
 
-/// Parses the decide script's reply for `n` items.
+/// Parses the decide script's reply for `n` items: one flat array whose
+/// per-limit fields depend on a head value (see `lua/decide.lua`).
 pub(crate) fn parse_reply(value: &Value, n: usize) -> Result<GroupReply, StoreError> {
     let top = array(value)?;
-    if top.len() != 2 + n {
-        return Err(protocol("wrong number of items"));
-    }
+    let [allowed, now, rest @ ..] = top else {
+        return Err(protocol("too short"));
+    };
     let mut reply = GroupReply {
-        allowed: int(&top[0])? == 1,
-        now: int(&top[1])?,
+        allowed: int(allowed)? == 1,
+        now: int(now)?,
         verdicts: Vec::with_capacity(n),
         written: Vec::with_capacity(n),
         window_start: Vec::with_capacity(n),
         members: Vec::with_capacity(n),
     };
-    for item in &top[2..] {
-        let f = array(item)?;
-        if f.len() != 8 {
+    let mut rest = rest;
+    for _ in 0..n {
+        let Some(([head, remaining, reset, retry], tail)) = rest.split_first_chunk::<4>() else {
             return Err(protocol("wrong number of fields"));
-        }
-        let remaining = exact(&f[1])?;
+        };
+        let head = int(head)?;
+        let admitted = head & 1 == 1;
+        let (mut delay_us, mut start, mut members) = (0, 0, Vec::new());
+        rest = match (head >> 1, tail) {
+            (0, tail) => tail,
+            (1, [delay, tail @ ..]) => {
+                delay_us = int(delay)?;
+                tail
+            }
+            (2, [s, tail @ ..]) => {
+                start = int(s)?;
+                tail
+            }
+            (3, [m, tail @ ..]) => {
+                let m = usize::try_from(int(m)?).map_err(|_| protocol("member count"))?;
+                let added = tail.get(..m).ok_or_else(|| protocol("missing members"))?;
+                members = added.iter().map(text).collect::<Result<_, _>>()?;
+                &tail[m..]
+            }
+            _ => return Err(protocol("unknown head")),
+        };
         reply.verdicts.push(Verdict {
-            allowed: int(&f[0])? == 1,
-            remaining,
-            reset_after_us: int(&f[2])?,
-            retry_after_us: int(&f[3])?,
-            delay_us: int(&f[4])?,
+            allowed: admitted,
+            remaining: exact(remaining)?,
+            reset_after_us: int(reset)?,
+            retry_after_us: int(retry)?,
+            delay_us,
         });
-        reply.written.push(int(&f[5])? == 1);
-        reply.window_start.push(int(&f[6])?);
-        reply
-            .members
-            .push(array(&f[7])?.iter().map(text).collect::<Result<_, _>>()?);
+        // The script writes an admitting limit's state when the whole call
+        // admits (a peek writes nothing, and refunds nothing either).
+        reply.written.push(reply.allowed && admitted);
+        reply.window_start.push(start);
+        reply.members.push(members);
+    }
+    if !rest.is_empty() {
+        return Err(protocol("wrong number of items"));
     }
     Ok(reply)
 }
