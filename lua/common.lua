@@ -17,44 +17,45 @@
 -- A value of any other type or length (an older layout, or another
 -- algorithm under the same key) reads as absent: the limit decides as a
 -- fresh one and its next write replaces the value.
+--
+-- Each algorithm's decide(key, p1, p2, p3, now, cost) (p1..p3 the ARGV
+-- strings) only reads, and returns a step: allowed, remaining, reset,
+-- retry, ttl (µs), and, when allowed, either `value` (the new state, which
+-- decide.lua writes with SET ... PX) or `write` (the sliding log's own
+-- writer); a window counter adds `start`, a leaky bucket `delay`.
+--
+-- Redis runs a script's whole body on every call, and in its Lua each
+-- table, closure, function call, tonumber and reply element costs about as
+-- much as a few arithmetic lines: the files build only what the call needs
+-- (measured with callgrind on redis-server, instructions per EVALSHA).
 
-local ALG = {}
+-- ALG[name] is first `true` for each algorithm this call names, then the
+-- algorithm's file replaces it by its decide function (refund.lua finds
+-- refund functions in REFUND). `ENTRY` (the script's first line, set by
+-- src/store/script.rs) says where the names are: decide.lua passes them at
+-- ARGV[4], [9], [14], ...; refund.lua (rare) somewhere among its
+-- arguments, so every argument is marked (no parameter or member is an
+-- algorithm name). Each table costs, so one does both jobs.
+local ALG, REFUND
+if ENTRY == 'decide' and ARGV[4] then
+  ALG = { [ARGV[4]] = true } -- sized for one, the usual count
+  for i = 9, #ARGV, 5 do ALG[ARGV[i]] = true end
+else
+  ALG, REFUND = {}, {}
+  for i = 1, #ARGV do ALG[ARGV[i]] = true end
+end
 
 -- Redis runs a script's whole body on every call, so every function or
--- table defined here is built again per decision: common.lua defines only
--- what several algorithms share, and each algorithm file defines its
--- functions only when the call names it.
-local floor, fmod, format = math.floor, math.fmod, string.format
-
--- The algorithms this call names. `ENTRY` (the script's first line, set by
--- src/store/script.rs) says where: decide.lua names them at ARGV[4], [9],
--- [14], ...; refund.lua (rare) somewhere among its arguments, so it marks
--- every argument (no parameter or member is an algorithm name).
-local NEED = {}
-if ENTRY == 'decide' then
-  for i = 4, #ARGV, 5 do NEED[ARGV[i]] = true end
-else
-  for i = 1, #ARGV do NEED[ARGV[i]] = true end
-end
-
--- The string held at `key`, or nil when it is absent or of another type.
-local function get_string(key)
-  local v = redis.pcall('GET', key)
-  if type(v) == 'string' then return v end
-  return nil
-end
-
--- Saturating subtraction of unsigned integers.
-local function sat_sub(a, b)
-  if a > b then return a - b end
-  return 0
-end
-
--- Writes `value` at `key` with an expiry of `ttl_us` in whole milliseconds,
--- rounded up so a key never dies before its state stops mattering, and at
--- least 1 ms (PX 0 is refused), in one command.
-local function set_px(key, value, ttl_us)
-  local ms = math.ceil(ttl_us / 1000)
-  if ms < 1 then ms = 1 end
-  redis.call('SET', key, value, 'PX', format('%d', ms))
+-- table defined here is built again per decision: each algorithm file
+-- defines its functions only when the call names it, and what the others
+-- share is not built for a token bucket alone, the commonest call.
+local floor, fmod, format, sat_sub
+if ALG.fixed_window or ALG.sliding_window or ALG.sliding_log or ALG.gcra
+    or ALG.leaky_bucket then
+  floor, fmod, format = math.floor, math.fmod, string.format
+  -- Saturating subtraction of unsigned integers.
+  sat_sub = function(a, b)
+    if a > b then return a - b end
+    return 0
+  end
 end

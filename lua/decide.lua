@@ -36,20 +36,22 @@ else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local cost = tonumber(ARGV[2])
+-- A cost of 1, the usual one, without a conversion (tonumber is dear here).
+local cost = 1
+if ARGV[2] ~= '1' then cost = tonumber(ARGV[2]) end
 local peek = ARGV[3] == '1'
 
-local steps = {}
+local steps = { false } -- sized for one limit
 local allowed = true
 for i = 1, #KEYS do
   local base = 4 + 5 * (i - 1)
-  local alg = ALG[ARGV[base]]
-  if not alg then
+  local decide = ALG[ARGV[base]]
+  if not decide or decide == true then
     return redis.error_reply('ratewatch: unknown algorithm ' .. tostring(ARGV[base]))
   end
   -- Parameters go as ARGV strings: each algorithm converts the ones it
   -- uses (tonumber costs a fifth of a Redis command here).
-  local step = alg.decide(KEYS[i], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], now, cost)
+  local step = decide(KEYS[i], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], now, cost)
   steps[i] = step
   if not step.allowed and ARGV[base + 1] ~= '1' then
     allowed = false
@@ -65,11 +67,18 @@ for i = 1, #KEYS do
   if step.allowed then
     head = 1
     if allowed and not peek then
-      added = ALG[ARGV[4 + 5 * (i - 1)]].write(KEYS[i], step)
-      if added then
+      if step.value then
+        -- One string and its expiry in one command: whole milliseconds,
+        -- rounded up so a key never dies before its state stops mattering,
+        -- and at least 1 (PX 0 is refused).
+        local ms = math.ceil(step.ttl / 1000)
+        if ms < 1 then ms = 1 end
+        -- Formatted here: Redis formats a Lua number with '%.17g', dearer.
+        redis.call('SET', KEYS[i], step.value, 'PX', string.format('%d', ms))
+        if step.start then head, extra = 5, step.start end
+      else
+        added = step.write(KEYS[i], step)
         head = 7
-      elseif step.start then
-        head, extra = 5, step.start
       end
     end
     if step.delay and step.delay > 0 then
@@ -80,7 +89,7 @@ for i = 1, #KEYS do
   -- A number Rust reads back to the same double: an integer reply when it
   -- is whole (exact below 2^53), else the double's 8 bytes, big endian.
   local r = step.remaining
-  if r == floor(r) and r < 9007199254740992 then
+  if r % 1 == 0 and r < 9007199254740992 then
     reply[n + 2] = r
   else
     reply[n + 2] = struct.pack('>d', r)

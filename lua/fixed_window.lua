@@ -13,14 +13,12 @@
 --           (a stored window later than `now` stays current)
 -- refund    decrements count by `cost` if the window is still the same
 
-if NEED.fixed_window then -- defined only for calls that name it (common.lua)
-ALG.fixed_window = {}
-
+if ALG.fixed_window then -- defined only for calls that name it (common.lua)
 local FW_LAYOUT, FW_BYTES = '>I7I5', 12
 
 -- The stored window start and count, or nil.
 local function fw_read(key)
-  local stored = get_string(key)
+  local stored = redis.pcall('GET', key)
   if stored and #stored == FW_BYTES then
     return struct.unpack(FW_LAYOUT, stored)
   end
@@ -28,7 +26,7 @@ end
 
 -- A stored window that starts after `now` (the clock stepped back) is still
 -- the current one, with its count: time never runs a window backwards.
-function ALG.fixed_window.decide(key, limit, window, _, now, cost)
+local function fw_decide(key, limit, window, _, now, cost)
   limit, window = tonumber(limit), tonumber(window)
   local start = now - fmod(now, window)
   local count = 0
@@ -40,21 +38,21 @@ function ALG.fixed_window.decide(key, limit, window, _, now, cost)
   local reset = start + window - now
   if count + cost <= limit then
     return { allowed = true, remaining = limit - count - cost, reset = reset,
-             retry = 0, ttl = reset,
-             start = start, count = count + cost }
+             retry = 0, ttl = reset, start = start,
+             value = struct.pack(FW_LAYOUT, start, count + cost) }
   end
   return { allowed = false, remaining = sat_sub(limit, count), reset = reset,
            retry = reset, ttl = reset }
 end
 
-function ALG.fixed_window.write(key, step)
-  set_px(key, struct.pack(FW_LAYOUT, step.start, step.count), step.ttl)
-end
+ALG.fixed_window = fw_decide
 
-function ALG.fixed_window.refund(key, _, _, _, cost, start)
+if ENTRY == 'refund' then
+function REFUND.fixed_window(key, _, _, _, cost, start)
   local s, c = fw_read(key)
   if s and s == start then
     redis.call('SET', key, struct.pack(FW_LAYOUT, s, sat_sub(c, cost)), 'KEEPTTL')
   end
 end
-end -- if NEED.fixed_window
+end -- if ENTRY == 'refund'
+end -- if ALG.fixed_window

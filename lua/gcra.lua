@@ -14,18 +14,16 @@
 --           retry_us, delay_us, ttl_us = TAT - now
 -- refund    moves the TAT back by cost × interval; keeps the expiry
 
-if NEED.gcra or NEED.leaky_bucket then -- leaky_bucket reuses it; see common.lua
-ALG.gcra = {}
-
+if ALG.gcra or ALG.leaky_bucket then -- leaky_bucket reuses it; see common.lua
 -- Integer division of non-negative integers below 2^53.
 local function idiv(a, b)
   return floor(a / b)
 end
 
-function ALG.gcra.decide(key, interval, burst, max_delay, now, cost)
+local function gcra_decide(key, interval, burst, max_delay, now, cost)
   interval, burst, max_delay = tonumber(interval), tonumber(burst), tonumber(max_delay)
   -- A value that is not a number is another layout's: absent.
-  local tat = tonumber(get_string(key))
+  local tat = tonumber(redis.pcall('GET', key))
   if tat then
     tat = math.max(tat, now)
   else
@@ -40,7 +38,8 @@ function ALG.gcra.decide(key, interval, burst, max_delay, now, cost)
     local delay = 0
     if max_delay > 0 then delay = queued end
     return { allowed = true, remaining = idiv(window - used, interval),
-             reset = used, retry = 0, delay = delay, ttl = used, tat = new_tat }
+             reset = used, retry = 0, delay = delay, ttl = used,
+             value = format('%d', new_tat) }
   end
   -- Both must hold at the retry time: room in the window and, when
   -- shaping, a queue ahead no longer than the maximum delay.
@@ -52,14 +51,14 @@ function ALG.gcra.decide(key, interval, burst, max_delay, now, cost)
            reset = queued, retry = math.max(retry, 1), delay = 0, ttl = queued }
 end
 
-function ALG.gcra.write(key, step)
-  set_px(key, format('%d', step.tat), step.ttl)
-end
+ALG.gcra = gcra_decide
 
-function ALG.gcra.refund(key, interval, _, _, cost, _)
-  local tat = tonumber(get_string(key))
+if ENTRY == 'refund' then
+function REFUND.gcra(key, interval, _, _, cost, _)
+  local tat = tonumber(redis.pcall('GET', key))
   if tat then
     redis.call('SET', key, format('%d', tat - cost * interval), 'KEEPTTL')
   end
 end
-end -- if NEED.gcra or NEED.leaky_bucket
+end -- if ENTRY == 'refund'
+end -- if ALG.gcra or ALG.leaky_bucket

@@ -12,10 +12,7 @@
 --           retry_us, delay_us, ttl_us = drain time
 -- refund    moves the drain time back by cost × interval; keeps the expiry
 
-if NEED.leaky_bucket then -- defined only for calls that name it (common.lua)
-ALG.leaky_bucket = {
-  decide = ALG.gcra.decide,
-  write = ALG.gcra.write,
-  refund = ALG.gcra.refund,
-}
-end -- if NEED.leaky_bucket
+if ALG.leaky_bucket then -- defined only for calls that name it (common.lua)
+ALG.leaky_bucket = ALG.gcra
+if REFUND then REFUND.leaky_bucket = REFUND.gcra end
+end -- if ALG.leaky_bucket

@@ -16,8 +16,8 @@
 local cost = tonumber(ARGV[1])
 local at = 2
 for i = 1, #KEYS do
-  local alg = ALG[ARGV[at]]
-  if not alg then
+  local refund = REFUND[ARGV[at]]
+  if not refund then
     return redis.error_reply('ratewatch: unknown algorithm ' .. tostring(ARGV[at]))
   end
   local p1, p2, p3 = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
@@ -25,7 +25,7 @@ for i = 1, #KEYS do
   local m = tonumber(ARGV[at + 5])
   local members = {}
   for j = 1, m do members[j] = ARGV[at + 5 + j] end
-  alg.refund(KEYS[i], p1, p2, p3, cost, start, members)
+  refund(KEYS[i], p1, p2, p3, cost, start, members)
   at = at + 6 + m
 end
 return #KEYS

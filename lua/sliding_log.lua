@@ -17,9 +17,7 @@
 --           returns them, so a refund can remove exactly those
 -- refund    ZREM of the members the decision added
 
-if NEED.sliding_log then -- defined only for calls that name it (common.lua)
-ALG.sliding_log = {}
-
+if ALG.sliding_log then -- defined only for calls that name it (common.lua)
 -- An integer as the decimal string that parses back to it.
 local function fmt(x)
   return format('%d', x)
@@ -38,7 +36,9 @@ local function sl_score_at(key, horizon, index, reverse)
   return tonumber(r[2])
 end
 
-function ALG.sliding_log.decide(key, limit, window, _, now, cost)
+local sl_write
+
+function ALG.sliding_log(key, limit, window, _, now, cost)
   limit, window = tonumber(limit), tonumber(window)
   local horizon = sat_sub(now, window)
   local count = redis.pcall('ZCOUNT', key, '(' .. fmt(horizon), '+inf')
@@ -64,7 +64,7 @@ function ALG.sliding_log.decide(key, limit, window, _, now, cost)
     end
     return { allowed = true, remaining = limit - count - cost, reset = reset,
              retry = 0, ttl = ttl, horizon = horizon,
-             cost = cost, now = now, foreign = foreign }
+             cost = cost, now = now, foreign = foreign, write = sl_write }
   end
   -- The request passes once `count + cost - limit` of the oldest entries
   -- have left the window.
@@ -78,7 +78,7 @@ function ALG.sliding_log.decide(key, limit, window, _, now, cost)
            retry = math.max(retry, 1), ttl = ttl }
 end
 
-function ALG.sliding_log.write(key, step)
+function sl_write(key, step)
   if step.foreign then redis.call('DEL', key) end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(step.horizon))
   local added = {}
@@ -100,10 +100,12 @@ function ALG.sliding_log.write(key, step)
   return added
 end
 
-function ALG.sliding_log.refund(key, _, _, _, _, _, members)
+if ENTRY == 'refund' then
+function REFUND.sliding_log(key, _, _, _, _, _, members)
   if #members > 0 then
     -- A key of another type holds none of them.
     redis.pcall('ZREM', key, unpack(members))
   end
 end
-end -- if NEED.sliding_log
+end -- if ENTRY == 'refund'
+end -- if ALG.sliding_log

@@ -13,12 +13,10 @@
 --           retry_us, ttl_us = until the next window ends
 -- refund    decrements count by `cost` if the window is still the same
 
-if NEED.sliding_window then -- defined only for calls that name it (common.lua)
-ALG.sliding_window = {}
-
+if ALG.sliding_window then -- defined only for calls that name it (common.lua)
 -- The stored window start, count and previous count, or nil.
 local function sw_read(key)
-  local stored = get_string(key)
+  local stored = redis.pcall('GET', key)
   if stored then
     local n = #stored
     if n == 11 then return struct.unpack('>I7I2I2', stored) end
@@ -77,7 +75,7 @@ local function sw_retry_after(limit, window, start, prev, curr, now, cost)
   return math.max(at - now, 1)
 end
 
-function ALG.sliding_window.decide(key, limit, window, _, now, cost)
+local function sw_decide(key, limit, window, _, now, cost)
   limit, window = tonumber(limit), tonumber(window)
   local start = now - fmod(now, window)
   local curr, prev = 0, 0
@@ -107,8 +105,8 @@ function ALG.sliding_window.decide(key, limit, window, _, now, cost)
       reset = 0
     end
     return { allowed = true, remaining = limit_f - (est + cost), reset = reset,
-             retry = 0, ttl = start + 2 * window - now,
-             start = start, count = curr, prev = prev }
+             retry = 0, ttl = start + 2 * window - now, start = start,
+             value = sw_pack(start, curr, prev) }
   end
   local reset
   if curr > 0 then
@@ -117,17 +115,18 @@ function ALG.sliding_window.decide(key, limit, window, _, now, cost)
     reset = start + window - now
   end
   return { allowed = false, remaining = math.max(limit_f - est, 0), reset = reset,
-           retry = sw_retry_after(limit, window, start, prev, curr, now, cost), ttl = start + 2 * window - now }
+           retry = sw_retry_after(limit, window, start, prev, curr, now, cost),
+           ttl = start + 2 * window - now }
 end
 
-function ALG.sliding_window.write(key, step)
-  set_px(key, sw_pack(step.start, step.count, step.prev), step.ttl)
-end
+ALG.sliding_window = sw_decide
 
-function ALG.sliding_window.refund(key, _, _, _, cost, start)
+if ENTRY == 'refund' then
+function REFUND.sliding_window(key, _, _, _, cost, start)
   local s, c, p = sw_read(key)
   if s and s == start then
     redis.call('SET', key, sw_pack(s, sat_sub(c, cost), p), 'KEEPTTL')
   end
 end
-end -- if NEED.sliding_window
+end -- if ENTRY == 'refund'
+end -- if ALG.sliding_window

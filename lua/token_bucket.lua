@@ -12,9 +12,7 @@
 --           retry_us, ttl_us = time to refill to full
 -- refund    adds `cost` tokens back, capped at capacity; keeps the expiry
 
-if NEED.token_bucket then -- defined only for calls that name it (common.lua)
-ALG.token_bucket = {}
-
+if ALG.token_bucket then -- defined only for calls that name it (common.lua)
 local TB_LAYOUT, TB_BYTES = '>dI7', 15
 
 -- `ceil_us` of src/algorithm/mod.rs: non-positive becomes 0, else ceil.
@@ -37,12 +35,12 @@ local function tb_refill(cap, per_us, tokens, last, now)
   return math.min(cap, tokens + elapsed * per_us)
 end
 
-function ALG.token_bucket.decide(key, capacity, refill_per_second, _, now, cost)
+local function tb_decide(key, capacity, refill_per_second, _, now, cost)
   capacity, refill_per_second = tonumber(capacity), tonumber(refill_per_second)
   local cap = capacity
   local per_us = refill_per_second / 1000000
   local stored_tokens, stored_last = cap, now
-  local stored = get_string(key)
+  local stored = redis.pcall('GET', key)
   if stored and #stored == TB_BYTES then
     stored_tokens, stored_last = struct.unpack(TB_LAYOUT, stored)
   end
@@ -57,7 +55,7 @@ function ALG.token_bucket.decide(key, capacity, refill_per_second, _, now, cost)
     local left = tokens - need
     local reset = lag + ceil_us((cap - left) / per_us)
     return { allowed = true, remaining = left, reset = reset, retry = 0, ttl = reset,
-             tokens = left, last = last }
+             value = struct.pack(TB_LAYOUT, left, last) }
   end
   local reset = lag + ceil_us((cap - tokens) / per_us)
   -- The closed form, corrected by at most a few microseconds so the request
@@ -78,16 +76,16 @@ function ALG.token_bucket.decide(key, capacity, refill_per_second, _, now, cost)
   return { allowed = false, remaining = tokens, reset = reset, retry = retry, ttl = reset }
 end
 
-function ALG.token_bucket.write(key, step)
-  set_px(key, struct.pack(TB_LAYOUT, step.tokens, step.last), step.ttl)
-end
+ALG.token_bucket = tb_decide
 
-function ALG.token_bucket.refund(key, capacity, _, _, cost, _)
-  local stored = get_string(key)
+if ENTRY == 'refund' then
+function REFUND.token_bucket(key, capacity, _, _, cost, _)
+  local stored = redis.pcall('GET', key)
   if stored and #stored == TB_BYTES then
     local tokens, last = struct.unpack(TB_LAYOUT, stored)
     redis.call('SET', key, struct.pack(TB_LAYOUT, math.min(capacity, tokens + cost), last),
                'KEEPTTL')
   end
 end
-end -- if NEED.token_bucket
+end -- if ENTRY == 'refund'
+end -- if ALG.token_bucket
