@@ -19,10 +19,14 @@
 -- fresh one and its next write replaces the value.
 --
 -- Each algorithm's decide(key, p1, p2, p3, now, cost) (p1..p3 the ARGV
--- strings) only reads, and returns a step: allowed, remaining, reset,
--- retry, ttl (µs), and, when allowed, either `value` (the new state, which
--- decide.lua writes with SET ... PX) or `write` (the sliding log's own
--- writer); a window counter adds `start`, a leaky bucket `delay`.
+-- strings) only reads, and returns (values, not a table: a table per call
+-- costs more than all of its arithmetic):
+--   allowed, remaining, reset_us, retry_us, ttl_us, and when allowed:
+--   value  the new state, which decide.lua writes with SET ... PX; for
+--          the sliding log, its writer: value(key, ttl_us, extra)
+--   kind   what `extra` is: nil nothing, 1 the delay of a shaped request,
+--          2 the window start (reported once written), 3 the sliding log's
+--          state for its writer
 --
 -- Redis runs a script's whole body on every call, and in its Lua each
 -- table, closure, function call, tonumber and reply element costs about as

@@ -41,7 +41,11 @@ local cost = 1
 if ARGV[2] ~= '1' then cost = tonumber(ARGV[2]) end
 local peek = ARGV[3] == '1'
 
-local steps = { false } -- sized for one limit
+-- Each limit's answer in 8 slots of one table (a table per limit cost
+-- more), sized for one limit: allowed, remaining, reset, retry, ttl, value
+-- (the new state, or the sliding log's writer), kind and extra (see
+-- common.lua).
+local S = { false, false, false, false, false, false, false, false }
 local allowed = true
 for i = 1, #KEYS do
   local base = 4 + 5 * (i - 1)
@@ -50,10 +54,13 @@ for i = 1, #KEYS do
     return redis.error_reply('ratewatch: unknown algorithm ' .. tostring(ARGV[base]))
   end
   -- Parameters go as ARGV strings: each algorithm converts the ones it
-  -- uses (tonumber costs a fifth of a Redis command here).
-  local step = decide(KEYS[i], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], now, cost)
-  steps[i] = step
-  if not step.allowed and ARGV[base + 1] ~= '1' then
+  -- uses (tonumber is dear here).
+  local ok, remaining, reset, retry, ttl, value, kind, extra =
+    decide(KEYS[i], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], now, cost)
+  local s = 8 * (i - 1)
+  S[s + 1], S[s + 2], S[s + 3], S[s + 4] = ok, remaining, reset, retry
+  S[s + 5], S[s + 6], S[s + 7], S[s + 8] = ttl, value, kind, extra
+  if not ok and ARGV[base + 1] ~= '1' then
     allowed = false
   end
 end
@@ -62,40 +69,43 @@ end
 local reply = { allowed and 1 or 0, now, 0, 0, 0, 0 }
 local n = 2
 for i = 1, #KEYS do
-  local step = steps[i]
+  local s = 8 * (i - 1)
   local head, extra, added = 0, nil, nil
-  if step.allowed then
+  if S[s + 1] then
+    local kind = S[s + 7]
     head = 1
+    if kind == 1 then
+      head, extra = 3, S[s + 8]
+    end
     if allowed and not peek then
-      if step.value then
+      if kind == 3 then
+        added = S[s + 6](KEYS[i], S[s + 5], S[s + 8])
+        head = 7
+      else
         -- One string and its expiry in one command: whole milliseconds,
         -- rounded up so a key never dies before its state stops mattering,
-        -- and at least 1 (PX 0 is refused).
-        local ms = math.ceil(step.ttl / 1000)
+        -- and at least 1 (PX 0 is refused). Formatted here: Redis formats a
+        -- Lua number with '%.17g', dearer.
+        local ms = math.ceil(S[s + 5] / 1000)
         if ms < 1 then ms = 1 end
-        -- Formatted here: Redis formats a Lua number with '%.17g', dearer.
-        redis.call('SET', KEYS[i], step.value, 'PX', string.format('%d', ms))
-        if step.start then head, extra = 5, step.start end
-      else
-        added = step.write(KEYS[i], step)
-        head = 7
+        redis.call('SET', KEYS[i], S[s + 6], 'PX', string.format('%d', ms))
+        if kind == 2 then
+          head, extra = 5, S[s + 8]
+        end
       end
-    end
-    if step.delay and step.delay > 0 then
-      head, extra = 3, step.delay
     end
   end
   reply[n + 1] = head
   -- A number Rust reads back to the same double: an integer reply when it
   -- is whole (exact below 2^53), else the double's 8 bytes, big endian.
-  local r = step.remaining
+  local r = S[s + 2]
   if r % 1 == 0 and r < 9007199254740992 then
     reply[n + 2] = r
   else
     reply[n + 2] = struct.pack('>d', r)
   end
-  reply[n + 3] = step.reset
-  reply[n + 4] = step.retry
+  reply[n + 3] = S[s + 3]
+  reply[n + 4] = S[s + 4]
   n = n + 4
   if extra then
     reply[n + 1] = extra

@@ -8,7 +8,7 @@
 --           p3 = unused
 -- now       µs since epoch; cost = units requested (0 peeks); decide gets
 --           p1..p3 as ARGV strings, refund as numbers
--- decide    returns a step: allowed, remaining (units), reset_us,
+-- decide    returns (common.lua): allowed, remaining (units), reset_us,
 --           retry_us, ttl_us = until the window ends
 --           (a stored window later than `now` stays current)
 -- refund    decrements count by `cost` if the window is still the same
@@ -37,12 +37,10 @@ local function fw_decide(key, limit, window, _, now, cost)
   end
   local reset = start + window - now
   if count + cost <= limit then
-    return { allowed = true, remaining = limit - count - cost, reset = reset,
-             retry = 0, ttl = reset, start = start,
-             value = struct.pack(FW_LAYOUT, start, count + cost) }
+    return true, limit - count - cost, reset, 0, reset,
+           struct.pack(FW_LAYOUT, start, count + cost), 2, start
   end
-  return { allowed = false, remaining = sat_sub(limit, count), reset = reset,
-           retry = reset, ttl = reset }
+  return false, sat_sub(limit, count), reset, reset, reset
 end
 
 ALG.fixed_window = fw_decide

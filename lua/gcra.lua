@@ -10,7 +10,7 @@
 --           p3 = maximum delay (µs; 0 for GCRA, which never delays)
 -- now       µs since epoch; cost = units requested (0 peeks); decide gets
 --           p1..p3 as ARGV strings, refund as numbers
--- decide    returns a step: allowed, remaining (units), reset_us,
+-- decide    returns (common.lua): allowed, remaining (units), reset_us,
 --           retry_us, delay_us, ttl_us = TAT - now
 -- refund    moves the TAT back by cost × interval; keeps the expiry
 
@@ -35,11 +35,12 @@ local function gcra_decide(key, interval, burst, max_delay, now, cost)
   local used = new_tat - now
   local shaping_too_long = max_delay > 0 and queued > max_delay
   if used <= window and not shaping_too_long then
-    local delay = 0
-    if max_delay > 0 then delay = queued end
-    return { allowed = true, remaining = idiv(window - used, interval),
-             reset = used, retry = 0, delay = delay, ttl = used,
-             value = format('%d', new_tat) }
+    local remaining, value = idiv(window - used, interval), format('%d', new_tat)
+    -- A shaped request waits for the queue ahead of it.
+    if max_delay > 0 and queued > 0 then
+      return true, remaining, used, 0, used, value, 1, queued
+    end
+    return true, remaining, used, 0, used, value
   end
   -- Both must hold at the retry time: room in the window and, when
   -- shaping, a queue ahead no longer than the maximum delay.
@@ -47,8 +48,7 @@ local function gcra_decide(key, interval, burst, max_delay, now, cost)
   if max_delay > 0 then
     retry = math.max(retry, sat_sub(queued, max_delay))
   end
-  return { allowed = false, remaining = idiv(sat_sub(window, queued), interval),
-           reset = queued, retry = math.max(retry, 1), delay = 0, ttl = queued }
+  return false, idiv(sat_sub(window, queued), interval), queued, math.max(retry, 1), queued
 end
 
 ALG.gcra = gcra_decide

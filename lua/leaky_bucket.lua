@@ -8,7 +8,7 @@
 --           p2 = capacity (units the queue holds, integer)
 --           p3 = maximum delay (µs, integer; 0 polices)
 -- now       µs since epoch; cost = units requested (0 peeks)
--- decide    returns a step: allowed, remaining (units), reset_us,
+-- decide    returns (common.lua): allowed, remaining (units), reset_us,
 --           retry_us, delay_us, ttl_us = drain time
 -- refund    moves the drain time back by cost × interval; keeps the expiry
 

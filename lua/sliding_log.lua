@@ -10,7 +10,7 @@
 --           p3 = unused
 -- now       µs since epoch; cost = units requested (0 peeks); decide gets
 --           p1..p3 as ARGV strings, refund as numbers
--- decide    reads only (ZCOUNT, ZRANGEBYSCORE); returns a step: allowed,
+-- decide    reads only (ZCOUNT, ZRANGEBYSCORE); returns (common.lua): allowed,
 --           remaining (units), reset_us, retry_us,
 --           ttl_us = one window past the newest entry (or `now`)
 -- write     drops entries that left the window, adds `cost` members and
@@ -62,9 +62,8 @@ function ALG.sliding_log(key, limit, window, _, now, cost)
       end
       reset = oldest + window - now
     end
-    return { allowed = true, remaining = limit - count - cost, reset = reset,
-             retry = 0, ttl = ttl, horizon = horizon,
-             cost = cost, now = now, foreign = foreign, write = sl_write }
+    return true, limit - count - cost, reset, 0, ttl, sl_write, 3,
+           { horizon = horizon, cost = cost, now = now, foreign = foreign }
   end
   -- The request passes once `count + cost - limit` of the oldest entries
   -- have left the window.
@@ -74,17 +73,16 @@ function ALG.sliding_log(key, limit, window, _, now, cost)
   if at then retry = at + window - now end
   local reset = 0
   if count > 0 then reset = sl_score_at(key, horizon, 0, true) + window - now end
-  return { allowed = false, remaining = sat_sub(limit, count), reset = reset,
-           retry = math.max(retry, 1), ttl = ttl }
+  return false, sat_sub(limit, count), reset, math.max(retry, 1), ttl
 end
 
-function sl_write(key, step)
-  if step.foreign then redis.call('DEL', key) end
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(step.horizon))
+function sl_write(key, ttl, state)
+  if state.foreign then redis.call('DEL', key) end
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(state.horizon))
   local added = {}
   local n = redis.call('ZCARD', key)
-  local stamp = fmt(step.now)
-  for _ = 1, step.cost do
+  local stamp = fmt(state.now)
+  for _ = 1, state.cost do
     local member = stamp .. ':' .. n
     while redis.call('ZSCORE', key, member) do
       n = n + 1
@@ -94,7 +92,7 @@ function sl_write(key, step)
     added[#added + 1] = member
     n = n + 1
   end
-  local ms = math.ceil(step.ttl / 1000)
+  local ms = math.ceil(ttl / 1000)
   if ms < 1 then ms = 1 end
   redis.call('PEXPIRE', key, fmt(ms))
   return added

@@ -9,7 +9,7 @@
 --           p3 = unused
 -- now       µs since epoch; cost = units requested (0 peeks); decide gets
 --           p1..p3 as ARGV strings, refund as numbers
--- decide    returns a step: allowed, remaining (units, float), reset_us,
+-- decide    returns (common.lua): allowed, remaining (units, float), reset_us,
 --           retry_us, ttl_us = until the next window ends
 -- refund    decrements count by `cost` if the window is still the same
 
@@ -104,9 +104,8 @@ local function sw_decide(key, limit, window, _, now, cost)
     else
       reset = 0
     end
-    return { allowed = true, remaining = limit_f - (est + cost), reset = reset,
-             retry = 0, ttl = start + 2 * window - now, start = start,
-             value = sw_pack(start, curr, prev) }
+    return true, limit_f - (est + cost), reset, 0, start + 2 * window - now,
+           sw_pack(start, curr, prev), 2, start
   end
   local reset
   if curr > 0 then
@@ -114,9 +113,8 @@ local function sw_decide(key, limit, window, _, now, cost)
   else
     reset = start + window - now
   end
-  return { allowed = false, remaining = math.max(limit_f - est, 0), reset = reset,
-           retry = sw_retry_after(limit, window, start, prev, curr, now, cost),
-           ttl = start + 2 * window - now }
+  return false, math.max(limit_f - est, 0), reset,
+         sw_retry_after(limit, window, start, prev, curr, now, cost), start + 2 * window - now
 end
 
 ALG.sliding_window = sw_decide

@@ -8,7 +8,7 @@
 --           p3 = unused
 -- now       µs since epoch; cost = units requested (0 peeks); decide gets
 --           p1..p3 as ARGV strings, refund as numbers
--- decide    returns a step: allowed, remaining (tokens), reset_us,
+-- decide    returns (common.lua): allowed, remaining (tokens), reset_us,
 --           retry_us, ttl_us = time to refill to full
 -- refund    adds `cost` tokens back, capped at capacity; keeps the expiry
 
@@ -54,8 +54,7 @@ local function tb_decide(key, capacity, refill_per_second, _, now, cost)
   if tokens >= need then
     local left = tokens - need
     local reset = lag + ceil_us((cap - left) / per_us)
-    return { allowed = true, remaining = left, reset = reset, retry = 0, ttl = reset,
-             value = struct.pack(TB_LAYOUT, left, last) }
+    return true, left, reset, 0, reset, struct.pack(TB_LAYOUT, left, last)
   end
   local reset = lag + ceil_us((cap - tokens) / per_us)
   -- The closed form, corrected by at most a few microseconds so the request
@@ -73,7 +72,7 @@ local function tb_decide(key, capacity, refill_per_second, _, now, cost)
       break
     end
   end
-  return { allowed = false, remaining = tokens, reset = reset, retry = retry, ttl = reset }
+  return false, tokens, reset, retry, reset
 end
 
 ALG.token_bucket = tb_decide
