@@ -146,6 +146,54 @@ async fn limits_in_other_slots_are_all_or_nothing_thanks_to_refunds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_counters_are_refunded_in_their_own_layout_also_past_65536() {
+    let cluster = RedisCluster::start();
+    let store = store(&cluster).await;
+    let hour = 3_600_000_000;
+    let ip = keys::hash_identity("ip", "203.0.113.8/windows");
+    let items = [
+        Item::new(
+            key("windows", "day"),
+            Algorithm::FixedWindow {
+                limit: 200_000,
+                window_us: hour,
+            },
+        ),
+        Item::new(
+            key("windows", "minute"),
+            Algorithm::SlidingWindow {
+                limit: 200_000,
+                window_us: hour,
+            },
+        ),
+        bucket(
+            keys::ip_key("rw", &ip, &keys::limit_code(None, "per-ip", "tb")),
+            100_000,
+        ),
+    ];
+    assert_ne!(slot_of(&items[0].key), slot_of(&items[2].key));
+    // Two requests of 40 000 pass (the sliding window's count, 80 000, takes
+    // its wide layout); the third blocks on the IP bucket, and the windows,
+    // which admitted it in their own slot, give it back.
+    for _ in 0..2 {
+        assert!(support::consume(&store, &items, 40_000).await.allowed);
+    }
+    let d = support::consume(&store, &items, 40_000).await;
+    assert!(!d.allowed && d.verdicts[0].allowed && !d.verdicts[2].allowed);
+    let peek = support::peek(&store, &items).await;
+    assert_eq!(
+        peek.verdicts[0].remaining, 120_000.0,
+        "fixed window refunded"
+    );
+    assert_eq!(
+        peek.verdicts[1].remaining, 120_000.0,
+        "sliding window refunded"
+    );
+    let node = cluster.node_for(&items[1].key);
+    assert_eq!(node.cli(&["STRLEN", &items[1].key]).trim(), "17");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flushed_script_is_reloaded_transparently_on_the_cluster() {
     let cluster = RedisCluster::start();
     let store = store(&cluster).await;

@@ -344,3 +344,83 @@ where
         other => other,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn int(n: i64) -> Value {
+        Value::Int(n)
+    }
+
+    fn bulk(b: &[u8]) -> Value {
+        Value::BulkString(b.to_vec())
+    }
+
+    #[test]
+    fn a_flat_reply_reads_back_every_kind_of_limit() {
+        let reply = Value::Array(vec![
+            int(1),
+            int(1_700_000_000_000_000),
+            // A token bucket: a fractional remaining as a double's bytes.
+            int(1),
+            bulk(&8.25f64.to_be_bytes()),
+            int(30),
+            int(0),
+            // A leaky bucket that shapes: a delay follows.
+            int(3),
+            int(4),
+            int(10),
+            int(0),
+            int(2_500),
+            // A fixed window written: its start follows.
+            int(5),
+            int(99),
+            int(60),
+            int(0),
+            int(1_699_999_999_000_000),
+            // A sliding log written: two members follow.
+            int(7),
+            int(8),
+            int(5),
+            int(0),
+            int(2),
+            bulk(b"1700000000000000:0"),
+            bulk(b"1700000000000000:1"),
+            // A blocked shadow limit: nothing follows.
+            int(0),
+            int(0),
+            int(9),
+            int(9),
+        ]);
+        let r = parse_reply(&reply, 5).expect("parses");
+        assert!(r.allowed);
+        assert_eq!(r.now, 1_700_000_000_000_000);
+        assert_eq!(r.verdicts[0].remaining.to_bits(), 8.25f64.to_bits());
+        assert_eq!(r.verdicts[1].delay_us, 2_500);
+        assert_eq!(r.window_start[2], 1_699_999_999_000_000);
+        assert_eq!(r.members[3].len(), 2);
+        assert!(!r.verdicts[4].allowed && r.verdicts[4].retry_after_us == 9);
+        assert_eq!(r.written, [true, true, true, true, false]);
+    }
+
+    #[test]
+    fn a_malformed_reply_is_an_error_not_a_panic() {
+        let cases = [
+            Value::Nil,
+            Value::Array(vec![int(1)]),
+            Value::Array(vec![int(1), int(2), int(1), int(1)]),
+            // Head 7 promises members that are not there.
+            Value::Array(vec![int(1), int(2), int(7), int(1), int(1), int(0), int(5)]),
+            // An unknown head.
+            Value::Array(vec![int(1), int(2), int(9), int(1), int(1), int(0)]),
+            // A remaining that is neither an integer nor eight bytes.
+            Value::Array(vec![int(1), int(2), int(1), bulk(b"1.5"), int(1), int(0)]),
+            // Trailing elements.
+            Value::Array(vec![int(1), int(2), int(1), int(1), int(1), int(0), int(0)]),
+        ];
+        for case in cases {
+            assert!(parse_reply(&case, 1).is_err(), "{case:?}");
+        }
+    }
+}
