@@ -5,6 +5,7 @@
 //! ```text
 //! bench/run.sh                      # installs wrk / redis-tools if missing, builds, runs
 //! cargo bench --bench suite -- run [--rounds 2] [--secs 5] [--out BENCHMARKS.md]
+//! cargo bench --bench suite -- memory   # only Redis bytes per identity
 //! ```
 //!
 //! - HTTP end to end with `wrk` on loopback, the same handler each time.
@@ -84,10 +85,20 @@ fn main() {
             let ops = inproc::Contenders::hot().measure(who, false, threads, secs);
             println!("{ops:.0} decisions/s");
         }
+        Some("memory") => {
+            // `memory`: only Redis bytes per identity, per algorithm.
+            let redis = support::RedisServer::start();
+            for f in memory::measure(&redis) {
+                println!(
+                    "{:<22} {:>6.0} bytes (MEMORY USAGE) {:>6.0} (used_memory growth)",
+                    f.algorithm, f.memory_usage, f.used_memory
+                );
+            }
+        }
         Some("run") | None => run(parse(&args)),
         Some(other) => {
             eprintln!(
-                "usage: bench run [--rounds N] [--secs S] [--out FILE] | bench serve VARIANT PORT [URL...]\nunknown: {other}"
+                "usage: bench run [--rounds N] [--secs S] [--out FILE] | bench memory | bench serve VARIANT PORT [URL...]\nunknown: {other}"
             );
             std::process::exit(2);
         }
