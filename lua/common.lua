@@ -16,7 +16,9 @@
 --
 -- A value of any other type or length (an older layout, or another
 -- algorithm under the same key) reads as absent: the limit decides as a
--- fresh one and its next write replaces the value.
+-- fresh one and its next write replaces the value. (A TAT of a real clock
+-- has 16 digits, and a binary record starts with a byte below '0', so
+-- neither reads as the other.)
 --
 -- Each algorithm's decide(key, p1, p2, p3, now, cost) (p1..p3 the ARGV
 -- strings) only reads, and returns (values, not a table: a table per call
