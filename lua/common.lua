@@ -17,8 +17,8 @@
 -- A value of any other type or length (an older layout, or another
 -- algorithm under the same key) reads as absent: the limit decides as a
 -- fresh one and its next write replaces the value. (A TAT of a real clock
--- has 16 digits, and a binary record starts with a byte below '0', so
--- neither reads as the other.)
+-- has 16 digits, none of the record lengths, and a record's bytes never
+-- spell a decimal number, so neither reads as the other.)
 --
 -- Each algorithm's decide(key, p1, p2, p3, now, cost) (p1..p3 the ARGV
 -- strings) only reads, and returns (values, not a table: a table per call
