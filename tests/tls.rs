@@ -137,7 +137,8 @@ async fn a_tls_cluster_decides_exactly_on_every_master() {
     .await
     .expect("a rediss:// cluster store");
     assert_eq!(store.masters().len(), 3, "{:?}", store.masters());
-    for i in 0..12 {
+    // Enough identities that their hash tags land on every master.
+    for i in 0..24 {
         admits_exactly(&store, &format!("tls-cluster-{i}"), 3).await;
     }
     for node in &cluster.cluster.nodes {
