@@ -295,12 +295,27 @@ pub(crate) async fn eval<C>(
 where
     C: redis::aio::ConnectionLike + Send,
 {
-    match cmd.query_async::<Value>(conn).await {
+    match send(conn, cmd).await {
         Err(e) if is_noscript(&e) => {
             script.load_async(conn).await?;
             reloads.bump(shard);
-            cmd.query_async(conn).await
+            send(conn, cmd).await
         }
         other => other,
+    }
+}
+
+/// Sends `cmd` and turns an error reply into an error. Unlike
+/// `Cmd::query_async`, it does not rebuild the whole reply to look for
+/// errors nested in it: a decide or refund reply has none (a script error
+/// is the whole reply), and `parse_reply` rejects anything it did not
+/// expect.
+async fn send<C>(conn: &mut C, cmd: &Cmd) -> Result<Value, RedisError>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    match conn.req_packed_command(cmd).await? {
+        Value::ServerError(e) => Err(e.into()),
+        value => Ok(value),
     }
 }
