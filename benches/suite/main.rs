@@ -105,10 +105,18 @@ fn main() {
                 std::thread::park();
             }
         }
+        Some("requests") => {
+            // `requests PORT N [CONNECTIONS]`: a fixed number of requests,
+            // for counting instructions per request (bench/instructions.sh).
+            let port = args[1].parse().expect("a port");
+            let n = args[2].parse().expect("a request count");
+            let conns = args.get(3).and_then(|c| c.parse().ok()).unwrap_or(8);
+            load::fixed_requests(port, n, conns);
+        }
         Some("run") | None => run(parse(&args)),
         Some(other) => {
             eprintln!(
-                "usage: bench run [--rounds N] [--secs S] [--out FILE] [--net-delay-us US] | bench serve VARIANT PORT [URL...] | bench proxy UPSTREAM_PORT DELAY_US\nunknown: {other}"
+                "usage: bench run [--rounds N] [--secs S] [--out FILE] [--net-delay-us US] | bench serve VARIANT PORT [URL...] | bench proxy UPSTREAM_PORT DELAY_US | bench requests PORT N [CONNECTIONS]\nunknown: {other}"
             );
             std::process::exit(2);
         }
