@@ -61,6 +61,7 @@ mod dashboard;
 mod error;
 pub mod identity;
 pub mod layer;
+pub mod lease;
 mod limiter;
 pub mod policy;
 pub mod resilience;

@@ -26,6 +26,8 @@ pub(crate) struct CompiledLimit {
     pub algorithm: Algorithm,
     /// The local fallback's share: 1 / expected_instances of it.
     pub local: Algorithm,
+    /// How its requests are decided (its scope's default if unset).
+    pub mode: crate::policy::LeaseMode,
 }
 
 impl CompiledLimit {
@@ -42,6 +44,7 @@ impl CompiledLimit {
             shadow: limit.shadow,
             algorithm,
             local,
+            mode: limit.effective_mode(),
         }
     }
 }

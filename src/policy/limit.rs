@@ -59,6 +59,10 @@ pub struct Limit {
     pub shadow: bool,
     /// What the counter is keyed by.
     pub scope: Scope,
+    /// How requests are decided; `None` takes the default: `auto` for
+    /// `scope = "route"` (a route-wide ceiling is hot by definition),
+    /// `exact` otherwise.
+    pub mode: Option<crate::policy::LeaseMode>,
 }
 
 impl Limit {
@@ -69,6 +73,7 @@ impl Limit {
             algorithm,
             shadow: false,
             scope: Scope::Identity,
+            mode: None,
         }
     }
 
@@ -176,6 +181,21 @@ impl Limit {
     pub fn shadow(mut self) -> Self {
         self.shadow = true;
         self
+    }
+
+    /// Decides the limit in `mode` instead of its scope's default.
+    pub fn with_mode(mut self, mode: crate::policy::LeaseMode) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+
+    /// The mode in force: the one set, else the scope's default.
+    pub fn effective_mode(&self) -> crate::policy::LeaseMode {
+        use crate::policy::LeaseMode;
+        self.mode.unwrap_or(match self.scope {
+            Scope::Route => LeaseMode::Auto,
+            _ => LeaseMode::Exact,
+        })
     }
 
     /// Keys the limit by `scope` instead of the identity.
