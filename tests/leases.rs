@@ -125,7 +125,9 @@ async fn three_servers_at_twice_the_limit_never_admit_more_than_the_limit_per_wi
     let n = 10;
     let end = first + n as u64 * WINDOW_US;
     redis.cli(&["CONFIG", "RESETSTAT"]);
-    let stop = (0..INSTANCES).map(|_| Arc::new(AtomicBool::new(false))).collect();
+    let stop = (0..INSTANCES)
+        .map(|_| Arc::new(AtomicBool::new(false)))
+        .collect();
     let per_target = 2.0 * LIMIT as f64 / INSTANCES as f64;
     let shots = hammer(urls, "/api/users", KEY, per_target, end, stop).await;
     let ws = windows(&shots, first, WINDOW_US, n);
@@ -158,20 +160,35 @@ async fn a_lease_holder_killed_mid_window_strands_at_most_its_lease_and_the_next
     let first = next_window();
     let n = 8;
     let end = first + n as u64 * WINDOW_US;
-    let stop: Vec<Arc<AtomicBool>> =
-        (0..INSTANCES).map(|_| Arc::new(AtomicBool::new(false))).collect();
+    let stop: Vec<Arc<AtomicBool>> = (0..INSTANCES)
+        .map(|_| Arc::new(AtomicBool::new(false)))
+        .collect();
     // Two targets carry the whole 2x load after the kill: pace for that.
     let per_target = 2.0 * LIMIT as f64 / (INSTANCES - 1) as f64;
-    let load = tokio::spawn(hammer(urls, "/api/users", KEY, per_target, end, stop.clone()));
+    let load = tokio::spawn(hammer(
+        urls,
+        "/api/users",
+        KEY,
+        per_target,
+        end,
+        stop.clone(),
+    ));
     // A quarter into the fourth window the victim holds a lease taken in it.
     let kill_at = first + 3 * WINDOW_US + WINDOW_US / 4;
     until(kill_at).await;
-    let granted = metric(&servers[0], "ratewatch_lease_tokens_total{event=\"granted\"}").await;
+    let granted = metric(
+        &servers[0],
+        "ratewatch_lease_tokens_total{event=\"granted\"}",
+    )
+    .await;
     let spent = metric(&servers[0], "ratewatch_lease_tokens_total{event=\"spent\"}").await;
     stop[0].store(true, std::sync::atomic::Ordering::SeqCst);
     let victim = servers.remove(0);
     drop(victim); // SIGKILL: no give-back, no goodbye.
-    assert!(granted > 0.0 && spent > 0.0, "the victim never held a lease");
+    assert!(
+        granted > 0.0 && spent > 0.0,
+        "the victim never held a lease"
+    );
     let shots = load.await.expect("load");
     let ws = windows(&shots, first, WINDOW_US, n);
     no_overshoot(&ws);
@@ -193,7 +210,9 @@ async fn redis_killed_mid_window_spends_held_leases_then_fails_closed_within_the
     let first = next_window();
     let n = 6;
     let end = first + n as u64 * WINDOW_US;
-    let stop = (0..INSTANCES).map(|_| Arc::new(AtomicBool::new(false))).collect();
+    let stop = (0..INSTANCES)
+        .map(|_| Arc::new(AtomicBool::new(false)))
+        .collect();
     let per_target = 2.0 * LIMIT as f64 / INSTANCES as f64;
     let load = tokio::spawn(hammer(urls, "/api/users", KEY, per_target, end, stop));
     // Early in the third window, while leases of it are held.
@@ -208,11 +227,17 @@ async fn redis_killed_mid_window_spends_held_leases_then_fails_closed_within_the
     let after_kill = shots.iter().filter(|s| s.sent > killed);
     let paid = after_kill.clone().filter(|s| s.status == 200).count();
     assert!(paid > 0, "no held lease was spent once Redis was gone");
-    assert!(paid <= INSTANCES * CAP, "{paid} admitted on leases of at most {CAP} each");
+    assert!(
+        paid <= INSTANCES * CAP,
+        "{paid} admitted on leases of at most {CAP} each"
+    );
     // From the next window on, nothing is paid for: every answer is 503.
     let later = after_kill
         .filter(|s| s.sent >= first + 3 * WINDOW_US)
         .map(|s| s.status)
         .collect::<Vec<_>>();
-    assert!(!later.is_empty() && later.iter().all(|&st| st == 503), "{later:?}");
+    assert!(
+        !later.is_empty() && later.iter().all(|&st| st == 503),
+        "{later:?}"
+    );
 }

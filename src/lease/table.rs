@@ -48,6 +48,8 @@ pub(crate) struct Leases {
     sketch: RateSketch,
     /// Keys in lease mode now (the `ratewatch_lease_keys` gauge).
     leased: AtomicI64,
+    /// Transitions into or out of lease mode so far.
+    flips: AtomicI64,
 }
 
 impl Leases {
@@ -56,6 +58,7 @@ impl Leases {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             sketch: RateSketch::new(origin),
             leased: AtomicI64::new(0),
+            flips: AtomicI64::new(0),
         }
     }
 
@@ -162,6 +165,7 @@ impl Leases {
     /// A per-request decision of a leased or auto key, sent at `t0`, was
     /// answered `d` at `now`: a refusal is remembered, making an entry if
     /// there is room.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn heard(
         &self,
         req: &Request<'_>,
@@ -200,6 +204,7 @@ impl Leases {
                     e.leased = false;
                     metrics::transition(Transition::Cooled);
                     self.leased.fetch_sub(1, Ordering::Relaxed);
+                    self.flips.fetch_add(1, Ordering::Relaxed);
                     if let Some((units, charge)) = e.release() {
                         give.push(GiveBack {
                             items: e.items.clone(),
@@ -214,6 +219,13 @@ impl Leases {
         self.effects(&fx);
         metrics::leased_keys(self.leased.load(Ordering::Relaxed));
         give
+    }
+
+    /// Whether a take is in flight for any key.
+    pub(crate) fn renewing(&self) -> bool {
+        self.shards
+            .iter()
+            .any(|s| s.lock().values().any(|e| e.renewing))
     }
 
     /// Every lease held, taken out to give back (at shutdown).
@@ -266,6 +278,9 @@ impl Leases {
         }
         if let Some(t) = fx.transition {
             metrics::transition(t);
+            if t != Transition::Tail {
+                self.flips.fetch_add(1, Ordering::Relaxed);
+            }
             match t {
                 Transition::Hot | Transition::Configured => {
                     self.leased.fetch_add(1, Ordering::Relaxed);
@@ -282,4 +297,129 @@ impl Leases {
 
 fn per_shard(s: &LeaseSettings) -> usize {
     s.max_keys.div_ceil(SHARDS).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::{Algorithm, Verdict};
+
+    const QUOTA: u64 = 1_000_000;
+
+    fn items() -> Vec<Item> {
+        vec![Item::new(
+            "rw:{rt:x}:all:tb",
+            Algorithm::TokenBucket {
+                capacity: QUOTA,
+                refill_per_second: QUOTA as f64,
+            },
+        )]
+    }
+
+    fn label() -> Label {
+        Label {
+            identity: "free_tk…9f3a".into(),
+            tier: "free".into(),
+            route: "/search".into(),
+        }
+    }
+
+    fn admitted(now: Micros) -> StoreDecision {
+        StoreDecision {
+            allowed: true,
+            verdicts: vec![Verdict {
+                allowed: true,
+                remaining: (QUOTA / 2) as f64,
+                reset_after_us: 1_000,
+                retry_after_us: 0,
+                delay_us: 0,
+            }],
+            shard: "127.0.0.1:6379".into(),
+            now,
+            rtt: None,
+        }
+    }
+
+    /// Runs `rate` requests per second for `secs` seconds from `*t` on an
+    /// auto key, answering takes at once; returns how many requests were
+    /// answered locally.
+    fn run(l: &Leases, t: &mut Micros, rate: u64, secs: u64) -> usize {
+        let s = LeaseSettings::default();
+        let items = items();
+        let req = Request {
+            key: 99,
+            items: &items,
+            cost: 1,
+            mode: LeaseMode::Auto,
+        };
+        let mut local = 0;
+        for _ in 0..rate * secs {
+            *t += 1_000_000 / rate;
+            match l.step(&req, *t, &s, 1, label).0 {
+                Step::Take { units } => {
+                    l.granted(99, *t, *t, units, 1, &admitted(*t), None, &s, 1);
+                }
+                Step::Local { renew, .. } => {
+                    local += 1;
+                    if let Some(units) = renew {
+                        l.granted(99, *t, *t, units, 0, &admitted(*t), None, &s, 1);
+                    }
+                }
+                Step::Exact => {}
+            }
+        }
+        local
+    }
+
+    fn leased(l: &Leases) -> bool {
+        !l.hot_keys(0).is_empty()
+    }
+
+    #[test]
+    fn a_key_below_the_entry_rate_stays_exact() {
+        let l = Leases::new(0);
+        let mut t = 0;
+        assert_eq!(run(&l, &mut t, 35, 5), 0);
+        assert!(!leased(&l));
+    }
+
+    #[test]
+    fn a_hot_key_enters_lease_mode_once_and_stays_under_steady_load() {
+        let l = Leases::new(0);
+        let mut t = 0;
+        let local = run(&l, &mut t, 200, 5);
+        assert!(local > 800, "only {local} of 1000 answered locally");
+        assert_eq!(l.leased.load(Ordering::Relaxed), 1);
+        // Once in, never out and in again: no flapping.
+        assert_eq!(l.flips.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn between_the_thresholds_a_leased_key_stays_leased_and_a_quiet_one_leaves() {
+        let l = Leases::new(0);
+        let mut t = 0;
+        run(&l, &mut t, 200, 3);
+        assert!(leased(&l));
+        // Between exit (20/s) and entry (50/s): hysteresis keeps it.
+        let local = run(&l, &mut t, 35, 5);
+        assert!(leased(&l));
+        assert_eq!(l.flips.load(Ordering::Relaxed), 1);
+        assert!(local > 150, "{local}");
+        // Below exit: it leaves lease mode on its own next request.
+        run(&l, &mut t, 5, 3);
+        assert!(!leased(&l));
+        assert_eq!(l.leased.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_sweep_takes_a_key_that_stopped_out_of_lease_mode_and_forgets_it() {
+        let l = Leases::new(0);
+        let mut t = 0;
+        run(&l, &mut t, 200, 2);
+        assert!(leased(&l));
+        l.sweep(t + 3_000_000, &LeaseSettings::default());
+        assert!(!leased(&l));
+        l.sweep(t + 20_000_000, &LeaseSettings::default());
+        assert!(l.shards.iter().all(|s| s.lock().is_empty()));
+    }
 }

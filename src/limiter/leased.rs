@@ -20,6 +20,8 @@ use crate::telemetry::lease as metrics;
 pub(super) struct LeaseState {
     table: Leases,
     sweeping: AtomicBool,
+    /// Set at shutdown: every key is exact from then on.
+    closing: AtomicBool,
     hasher: ahash::RandomState,
 }
 
@@ -28,6 +30,7 @@ impl LeaseState {
         Self {
             table: Leases::new(origin),
             sweeping: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             hasher: ahash::RandomState::new(),
         }
     }
@@ -72,7 +75,10 @@ impl Limiter {
         failure: FailurePolicy,
     ) -> Option<Decision> {
         let mode = mode_of(live, route, limits);
-        if mode == LeaseMode::Exact || !self.inner.store.leases() {
+        if mode == LeaseMode::Exact
+            || !self.inner.store.leases()
+            || self.inner.leases.closing.load(Ordering::Relaxed)
+        {
             return None;
         }
         let inner = &*self.inner;
@@ -262,7 +268,16 @@ impl Limiter {
 
     /// Gives every held lease back (at shutdown).
     pub(super) async fn return_leases(&self) {
-        let give = self.inner.leases.table.drain();
+        let state = &self.inner.leases;
+        state.closing.store(true, Ordering::SeqCst);
+        // Takes in flight land first (within one decision budget), so what
+        // they bring is given back too.
+        let budget = self.inner.live.load().policy.store.timeout;
+        let deadline = Instant::now() + budget + Duration::from_millis(50);
+        while state.table.renewing() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let give = state.table.drain();
         self.give_back(give).await;
     }
 

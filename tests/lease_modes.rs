@@ -1,0 +1,225 @@
+//! Lease modes against a real Redis, in process: a remembered refusal
+//! costs no round trip, unspent units go back at shutdown, a route-wide
+//! ceiling goes into lease mode by itself when hot, and `mode` errors name
+//! the file, line and field.
+
+mod support;
+
+use ratewatch::identity::{Identity, IdentityKind};
+use ratewatch::policy::{LeaseMode, Limit, Policy, Scope};
+use ratewatch::{DecisionPath, Limiter};
+use support::RedisServer;
+
+async fn limiter(redis: &RedisServer, limits: &str, extra: &str) -> Limiter {
+    let text = format!(
+        r#"
+[store]
+kind = "redis"
+url = "{}"
+timeout_ms = 2000
+
+[resilience]
+expected_instances = 1
+{extra}
+
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [{limits}]
+
+[[tiers]]
+name = "anonymous"
+limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }}]
+"#,
+        redis.url()
+    );
+    let policy = Policy::from_toml_str(&text, Some("leases.toml")).expect("policy");
+    Limiter::new(policy).await.expect("limiter")
+}
+
+fn caller() -> Identity {
+    Identity::new(IdentityKind::ApiKey, "free_lease_test_key")
+}
+
+#[tokio::test]
+async fn a_refused_key_is_answered_locally_until_its_retry_time() {
+    let redis = RedisServer::start();
+    let l = limiter(
+        &redis,
+        r#"{ name = "minute", algorithm = "fixed_window", limit = 3, window = "1h", mode = "auto" }"#,
+        "",
+    )
+    .await;
+    for _ in 0..3 {
+        assert!(l.check(&caller(), "free", None).await.allowed);
+    }
+    let first = l.check(&caller(), "free", None).await;
+    assert!(!first.allowed);
+    assert_eq!(first.path, DecisionPath::Store);
+    let calls = redis.command_calls("evalsha");
+    for _ in 0..20 {
+        let d = l.check(&caller(), "free", None).await;
+        assert!(!d.allowed);
+        assert_eq!(d.path, DecisionPath::Local);
+        let retry = d.retry_after.expect("a refusal says when to retry");
+        assert!(!retry.is_zero() && retry <= first.retry_after.unwrap());
+    }
+    assert_eq!(
+        redis.command_calls("evalsha"),
+        calls,
+        "still blocked cost a round trip"
+    );
+}
+
+#[tokio::test]
+async fn an_exact_key_asks_the_store_every_time() {
+    let redis = RedisServer::start();
+    let l = limiter(
+        &redis,
+        r#"{ name = "minute", algorithm = "fixed_window", limit = 3, window = "60s" }"#,
+        "",
+    )
+    .await;
+    for _ in 0..3 {
+        l.check(&caller(), "free", None).await;
+    }
+    let calls = redis.command_calls("evalsha");
+    for _ in 0..5 {
+        assert_eq!(
+            l.check(&caller(), "free", None).await.path,
+            DecisionPath::Store
+        );
+    }
+    assert_eq!(redis.command_calls("evalsha"), calls + 5);
+}
+
+/// The one limit key's window count in Redis.
+fn window_count(redis: &RedisServer) -> u64 {
+    let keys = redis.cli(&["--scan", "--pattern", "rw:*minute*"]);
+    let key = keys
+        .lines()
+        .next()
+        .expect("the limit's key")
+        .trim()
+        .to_owned();
+    redis
+        .cli(&["HGET", &key, "count"])
+        .trim()
+        .parse()
+        .expect("count")
+}
+
+#[tokio::test]
+async fn unspent_lease_units_go_back_at_shutdown() {
+    let redis = RedisServer::start();
+    let l = limiter(
+        &redis,
+        r#"{ name = "minute", algorithm = "fixed_window", limit = 4000, window = "60s", mode = "leased" }"#,
+        "[leases]\nrenew_ms = 100\nttl_ms = 1000",
+    )
+    .await;
+    let mut local = 0;
+    for _ in 0..300 {
+        let d = l.check(&caller(), "free", None).await;
+        assert!(d.allowed);
+        local += usize::from(d.path == DecisionPath::Local);
+    }
+    assert!(local > 150, "only {local} of 300 were spent from leases");
+    // Paid ahead: Redis holds more than was admitted (unless a window
+    // roll intervened, which a 60 s window makes rare: then it is less).
+    let charged = window_count(&redis);
+    l.shutdown().await;
+    let after = window_count(&redis);
+    assert!(
+        after <= 300 && after < charged,
+        "charged {charged}, after shutdown {after}"
+    );
+    if charged > 300 {
+        assert_eq!(after, 300, "every unspent unit goes back");
+    }
+}
+
+#[tokio::test]
+async fn a_route_wide_ceiling_goes_into_lease_mode_when_hot_by_itself() {
+    let redis = RedisServer::start();
+    let text = format!(
+        r#"
+[store]
+kind = "redis"
+url = "{}"
+timeout_ms = 2000
+
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 100000, refill_per_second = 100000, mode = "auto" }}]
+
+[[tiers]]
+name = "anonymous"
+limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }}]
+
+[[routes]]
+path = "/search"
+limits = [{{ name = "all", algorithm = "fixed_window", limit = 1000000, window = "60s", scope = "route" }}]
+"#,
+        redis.url()
+    );
+    let policy = Policy::from_toml_str(&text, Some("auto.toml")).unwrap();
+    assert_eq!(policy.routes[0].limits[0].effective_mode(), LeaseMode::Auto);
+    let l = Limiter::new(policy).await.unwrap();
+    let route = l.route_for("GET", "/search");
+    let mut local = 0;
+    for i in 0..2000 {
+        let d = l.check(&caller(), "free", route.clone()).await;
+        assert!(d.allowed, "request {i}");
+        local += usize::from(d.path == DecisionPath::Local);
+    }
+    assert!(local > 1000, "only {local} of 2000 hot requests were local");
+    let hot = l.hot_keys();
+    assert_eq!(hot.len(), 1, "{hot:?}");
+    assert_eq!(hot[0].route, "/search");
+    assert!(
+        !hot[0].identity.contains("free_lease_test_key"),
+        "raw key shown"
+    );
+}
+
+#[test]
+fn route_scope_limits_default_to_auto_and_others_to_exact() {
+    let route =
+        Limit::fixed_window("all", 10, std::time::Duration::from_secs(1)).with_scope(Scope::Route);
+    assert_eq!(route.effective_mode(), LeaseMode::Auto);
+    assert_eq!(
+        route.clone().with_mode(LeaseMode::Exact).effective_mode(),
+        LeaseMode::Exact
+    );
+    let ident = Limit::fixed_window("x", 10, std::time::Duration::from_secs(1));
+    assert_eq!(ident.effective_mode(), LeaseMode::Exact);
+}
+
+#[test]
+fn a_mode_error_names_the_file_line_and_field() {
+    let text = r#"
+[[tiers]]
+name = "anonymous"
+limits = [
+  { name = "exact", algorithm = "sliding_log", limit = 5, window = "10s", mode = "leased" },
+]
+"#;
+    let err = Policy::from_toml_str(text, Some("p.toml")).unwrap_err();
+    assert_eq!(err.field(), Some("tiers[0].limits[0].mode"));
+    assert_eq!(err.line(), Some(5));
+    assert!(err.to_string().contains("p.toml"), "{err}");
+    assert!(err.to_string().contains("sliding_log"), "{err}");
+
+    let text = "[[routes]]\npath = \"/x\"\nmode = \"fast\"\n";
+    let err = Policy::from_toml_str(text, Some("p.toml")).unwrap_err();
+    assert_eq!(err.field(), Some("routes[0].mode"));
+    assert_eq!(err.line(), Some(3));
+    assert!(err.to_string().contains("\"auto\""), "{err}");
+
+    let text = "[leases]\nenter_per_second = 10\nexit_per_second = 10\n";
+    let err = Policy::from_toml_str(text, Some("p.toml")).unwrap_err();
+    assert_eq!(err.field(), Some("leases.exit_per_second"));
+    assert_eq!(err.line(), Some(3));
+}
