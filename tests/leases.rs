@@ -241,3 +241,25 @@ async fn redis_killed_mid_window_spends_held_leases_then_fails_closed_within_the
         "{later:?}"
     );
 }
+
+#[tokio::test]
+async fn every_lease_metric_family_exists_at_zero_from_start_up() {
+    let server = Ratewatch::start("serve", None, &[]);
+    for series in [
+        "ratewatch_lease_keys",
+        "ratewatch_lease_tokens_total{event=\"granted\"}",
+        "ratewatch_lease_tokens_total{event=\"spent\"}",
+        "ratewatch_lease_tokens_total{event=\"returned\"}",
+        "ratewatch_lease_tokens_total{event=\"expired\"}",
+        "ratewatch_lease_transitions_total{to=\"leased\",reason=\"hot\"}",
+        "ratewatch_lease_transitions_total{to=\"exact\",reason=\"cooled\"}",
+        "ratewatch_lease_transitions_total{to=\"leased\",reason=\"configured\"}",
+        "ratewatch_lease_transitions_total{to=\"exact\",reason=\"tail\"}",
+        "ratewatch_lease_decisions_total{path=\"local\"}",
+        "ratewatch_lease_decisions_total{path=\"store\"}",
+        "ratewatch_lease_renew_seconds_count",
+        "ratewatch_lease_renew_seconds_bucket{le=\"0.001\"}",
+    ] {
+        assert_eq!(metric(&server, series).await, 0.0, "{series}");
+    }
+}
