@@ -263,3 +263,83 @@ async fn every_lease_metric_family_exists_at_zero_from_start_up() {
         assert_eq!(metric(&server, series).await, 0.0, "{series}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_marks_a_hot_key_served_from_leases() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("dash.toml");
+    std::fs::write(
+        &cfg,
+        r#"
+[store]
+kind = "redis"
+timeout_ms = 2000
+
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [{ name = "minute", algorithm = "fixed_window", limit = 100000, window = "60s", mode = "leased" }]
+
+[[tiers]]
+name = "anonymous"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }]
+"#,
+    )
+    .unwrap();
+    let server = Ratewatch::start(
+        "serve",
+        Some(&cfg),
+        &[("RATEWATCH_REDIS_URL", &redis.url())],
+    );
+    let client = reqwest::Client::new();
+    // Keep the key hot while the dashboard is read.
+    let until_us = unix_us() + 60_000_000;
+    let stop = vec![Arc::new(AtomicBool::new(false))];
+    let load = tokio::spawn(hammer(
+        vec![server.url()],
+        "/api/users",
+        KEY,
+        100.0,
+        until_us,
+        stop.clone(),
+    ));
+    let leases = support::eventually(Duration::from_secs(20), "a key in lease mode", || async {
+        let v =
+            support::get_json(&client, &format!("{}/dashboard/api/leases", server.url())).await?;
+        (v.as_array()?.len() == 1).then_some(v)
+    })
+    .await;
+    let masked = leases[0]["identity"].as_str().unwrap().to_owned();
+    assert!(!masked.contains(KEY), "the raw key is shown: {masked}");
+    assert_eq!(leases[0]["tier"], "free");
+    // The hot-keys table (fleet view, after a telemetry flush) marks it.
+    let url = format!("{}/dashboard", server.url());
+    let dom = support::eventually(Duration::from_secs(20), "the key marked as leased", || {
+        let (url, masked) = (url.clone(), masked.clone());
+        async move {
+            let (dom, _) = tokio::task::spawn_blocking(move || support::dump_dom(&url, 3_000))
+                .await
+                .ok()?;
+            let row = dom
+                .split("id=\"hot-key-rows\"")
+                .nth(1)?
+                .split("</tbody>")
+                .next()?
+                .to_owned();
+            (row.contains(&masked) && row.contains(">lease<")).then_some(dom)
+        }
+    })
+    .await;
+    assert!(dom.contains("Served from leases"));
+    let leases_rows = dom
+        .split("id=\"lease-rows\"")
+        .nth(1)
+        .unwrap()
+        .split("</tbody>")
+        .next()
+        .unwrap();
+    assert!(leases_rows.contains(&masked), "{leases_rows}");
+    stop[0].store(true, std::sync::atomic::Ordering::SeqCst);
+    load.await.unwrap();
+}
