@@ -22,6 +22,10 @@ pub(super) struct LeaseState {
     sweeping: AtomicBool,
     /// Set at shutdown: every key is exact from then on.
     closing: AtomicBool,
+    /// The runtime the limiter was built on: renewals, give-backs and the
+    /// sweep run there, not on the deciding task's runtime, whose thread
+    /// may be too busy deciding from the lease to ever run them.
+    runtime: Option<tokio::runtime::Handle>,
     hasher: ahash::RandomState,
 }
 
@@ -31,8 +35,17 @@ impl LeaseState {
             table: Leases::new(origin),
             sweeping: AtomicBool::new(false),
             closing: AtomicBool::new(false),
+            runtime: tokio::runtime::Handle::try_current().ok(),
             hasher: ahash::RandomState::new(),
         }
+    }
+
+    /// Where background work runs: the limiter's runtime, else the
+    /// caller's.
+    fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.runtime
+            .clone()
+            .or_else(|| tokio::runtime::Handle::try_current().ok())
     }
 
     fn key_of(&self, items: &[Item]) -> u64 {
@@ -203,7 +216,7 @@ impl Limiter {
     /// Takes `units` for `key` in the background; the request that asked
     /// was already answered from the lease.
     fn renew_later(&self, key: u64, items: &[Item], units: u64, live: &Live) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        let Some(rt) = self.inner.leases.runtime() else {
             self.inner.leases.table.failed(key);
             return;
         };
@@ -239,7 +252,7 @@ impl Limiter {
         if give.is_empty() {
             return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        let Some(rt) = self.inner.leases.runtime() else {
             give.iter().for_each(|g| metrics::expired(g.units));
             return;
         };
@@ -293,7 +306,7 @@ impl Limiter {
         if state.sweeping.load(Ordering::Relaxed) || state.sweeping.swap(true, Ordering::AcqRel) {
             return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        let Some(rt) = state.runtime() else {
             return;
         };
         let weak = Arc::downgrade(&self.inner);
