@@ -152,7 +152,7 @@ timeout_ms = 2000
 [[tiers]]
 name = "free"
 match_prefix = "free_"
-limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 100000, refill_per_second = 100000, mode = "auto" }}]
+limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 100000, refill_per_second = 100000 }}]
 
 [[tiers]]
 name = "anonymous"
@@ -165,7 +165,10 @@ limits = [{{ name = "all", algorithm = "fixed_window", limit = 1000000, window =
         redis.url()
     );
     let policy = Policy::from_toml_str(&text, Some("auto.toml")).unwrap();
-    assert_eq!(policy.routes[0].limits[0].effective_mode(), LeaseMode::Auto);
+    assert_eq!(
+        policy.routes[0].limits[0].effective_mode(),
+        Some(LeaseMode::Auto)
+    );
     let l = Limiter::new(policy).await.unwrap();
     let route = l.route_for("GET", "/search");
     let mut local = 0;
@@ -185,16 +188,27 @@ limits = [{{ name = "all", algorithm = "fixed_window", limit = 1000000, window =
 }
 
 #[test]
-fn route_scope_limits_default_to_auto_and_others_to_exact() {
-    let route =
-        Limit::fixed_window("all", 10, std::time::Duration::from_secs(1)).with_scope(Scope::Route);
-    assert_eq!(route.effective_mode(), LeaseMode::Auto);
+fn route_scope_limits_default_to_auto_and_others_follow() {
+    let second = std::time::Duration::from_secs(1);
+    let route = Limit::fixed_window("all", 10, second).with_scope(Scope::Route);
+    assert_eq!(route.effective_mode(), Some(LeaseMode::Auto));
+    let exact = route.clone().with_mode(LeaseMode::Exact);
+    assert_eq!(exact.effective_mode(), Some(LeaseMode::Exact));
+    let ident = Limit::fixed_window("x", 10, second);
+    assert_eq!(ident.effective_mode(), None);
+    let of = |limits: &[&Limit], route_mode| {
+        LeaseMode::of_request(route_mode, limits.iter().map(|l| l.effective_mode()))
+    };
+    // A tier's limits without a mode follow a route-wide ceiling's auto.
+    assert_eq!(of(&[&ident, &route], None), LeaseMode::Auto);
+    assert_eq!(of(&[&ident], None), LeaseMode::Exact);
+    assert_eq!(of(&[&ident, &exact], None), LeaseMode::Exact);
+    let leased = ident.clone().with_mode(LeaseMode::Leased);
+    assert_eq!(of(&[&leased, &route], None), LeaseMode::Leased);
     assert_eq!(
-        route.clone().with_mode(LeaseMode::Exact).effective_mode(),
+        of(&[&leased, &route], Some(LeaseMode::Exact)),
         LeaseMode::Exact
     );
-    let ident = Limit::fixed_window("x", 10, std::time::Duration::from_secs(1));
-    assert_eq!(ident.effective_mode(), LeaseMode::Exact);
 }
 
 #[test]

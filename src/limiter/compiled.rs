@@ -26,8 +26,9 @@ pub(crate) struct CompiledLimit {
     pub algorithm: Algorithm,
     /// The local fallback's share: 1 / expected_instances of it.
     pub local: Algorithm,
-    /// How its requests are decided (its scope's default if unset).
-    pub mode: crate::policy::LeaseMode,
+    /// The mode it asks for (its scope's default if unset; `None`: it
+    /// follows the request's other limits).
+    pub mode: Option<crate::policy::LeaseMode>,
 }
 
 impl CompiledLimit {

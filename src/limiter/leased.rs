@@ -87,11 +87,11 @@ impl Limiter {
         cost: u64,
         failure: FailurePolicy,
     ) -> Option<Decision> {
+        if !self.inner.store.leases() {
+            return None;
+        }
         let mode = mode_of(live, route, limits);
-        if mode == LeaseMode::Exact
-            || !self.inner.store.leases()
-            || self.inner.leases.closing.load(Ordering::Relaxed)
-        {
+        if mode == LeaseMode::Exact || self.inner.leases.closing.load(Ordering::Relaxed) {
             return None;
         }
         let inner = &*self.inner;
@@ -189,7 +189,7 @@ impl Limiter {
     ) -> Decision {
         let t0 = self.inner.clock.now_us();
         let (decision, answer) = self
-            .decide_exact(live, tier, route, identity, batch, failure, limits)
+            .decide_exact(live, tier, route, identity, batch, failure, limits, true)
             .await;
         if let Some(d) = answer {
             let label = || Label {

@@ -329,9 +329,11 @@ impl Limiter {
         let decision = match leased {
             Some(d) => d,
             None => {
-                self.decide_exact(live, tier, route_idx, identity, &batch, failure, &limits)
-                    .await
-                    .0
+                self.decide_exact(
+                    live, tier, route_idx, identity, &batch, failure, &limits, false,
+                )
+                .await
+                .0
             }
         };
         if !peek {
@@ -341,7 +343,8 @@ impl Limiter {
     }
 
     /// One store decision of `batch`, or the failure policy's answer when
-    /// the store gave none; with the store's own answer, if any.
+    /// the store gave none; with the store's own answer if `keep` and it
+    /// gave one.
     #[allow(clippy::too_many_arguments)]
     async fn decide_exact(
         &self,
@@ -352,16 +355,15 @@ impl Limiter {
         batch: &Batch<'_>,
         failure: FailurePolicy,
         limits: &[&CompiledLimit],
+        keep: bool,
     ) -> (Decision, Option<StoreDecision>) {
         match self.ask_store(batch, live.policy.store.timeout).await {
             Ok(d) => {
                 let source = Source::Store {
                     shard: d.shard.clone(),
                 };
-                (
-                    build(tier.name.clone(), limits, d.clone(), source, None),
-                    Some(d),
-                )
+                let kept = keep.then(|| d.clone());
+                (build(tier.name.clone(), limits, d, source, None), kept)
             }
             Err(f) => (
                 self.failed_over(live, tier, route_idx, identity, batch, failure, limits, f),

@@ -8,7 +8,8 @@ use std::time::Duration;
 /// How the requests of a limit (or of a route) are decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum LeaseMode {
-    /// One store call per request (the default for identity and IP scopes).
+    /// One store call per request (what a request none of whose limits
+    /// has a mode gets).
     #[default]
     Exact,
     /// Pre-paid leases whenever the store supports them.
@@ -37,18 +38,21 @@ impl LeaseMode {
     }
 
     /// The mode of one request: a route's `mode` decides for all its
-    /// limits; otherwise any exact limit makes the request exact (a round
-    /// trip is paid anyway, and all limits are decided together), then any
-    /// leased limit makes it leased, else it is auto.
+    /// limits. Otherwise the limits that have a mode (set, or `auto` by
+    /// default for `scope = "route"`) decide: any `exact` makes the request
+    /// exact (all limits are decided together, and a round trip is paid
+    /// anyway), then any `leased` makes it leased, then `auto`. Limits
+    /// without a mode follow the others; a request none of whose limits has
+    /// one is exact.
     pub fn of_request(
         route: Option<LeaseMode>,
-        limits: impl IntoIterator<Item = LeaseMode>,
+        limits: impl IntoIterator<Item = Option<LeaseMode>>,
     ) -> Self {
         if let Some(m) = route {
             return m;
         }
         let mut out = None;
-        for m in limits {
+        for m in limits.into_iter().flatten() {
             match m {
                 LeaseMode::Exact => return LeaseMode::Exact,
                 LeaseMode::Leased => out = Some(LeaseMode::Leased),

@@ -61,7 +61,8 @@ pub struct Limit {
     pub scope: Scope,
     /// How requests are decided; `None` takes the default: `auto` for
     /// `scope = "route"` (a route-wide ceiling is hot by definition),
-    /// `exact` otherwise.
+    /// otherwise whatever the request's other limits ask for (`exact` if
+    /// none asks).
     pub mode: Option<crate::policy::LeaseMode>,
 }
 
@@ -189,12 +190,15 @@ impl Limit {
         self
     }
 
-    /// The mode in force: the one set, else the scope's default.
-    pub fn effective_mode(&self) -> crate::policy::LeaseMode {
+    /// The mode this limit asks for: the one set, else `auto` for
+    /// `scope = "route"` (a route-wide ceiling is hot by definition), else
+    /// none (it follows the request's other limits; see
+    /// [`LeaseMode::of_request`](crate::policy::LeaseMode::of_request)).
+    pub fn effective_mode(&self) -> Option<crate::policy::LeaseMode> {
         use crate::policy::LeaseMode;
-        self.mode.unwrap_or(match self.scope {
-            Scope::Route => LeaseMode::Auto,
-            _ => LeaseMode::Exact,
+        self.mode.or(match self.scope {
+            Scope::Route => Some(LeaseMode::Auto),
+            _ => None,
         })
     }
 
