@@ -237,3 +237,100 @@ limits = [
     assert_eq!(err.field(), Some("leases.exit_per_second"));
     assert_eq!(err.line(), Some(3));
 }
+
+/// Every limit counter on the cluster: (key, window count).
+fn cluster_counts(cluster: &support::RedisCluster) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for node in &cluster.nodes {
+        for key in node.cli(&["--scan", "--pattern", "rw:{*"]).lines() {
+            let key = key.trim();
+            if key.is_empty() {
+                continue;
+            }
+            if let Ok(n) = node.cli(&["HGET", key, "count"]).trim().parse() {
+                out.push((key.to_owned(), n));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_lease_across_cluster_slots_and_give_every_unspent_unit_back() {
+    let cluster = support::RedisCluster::start();
+    let nodes = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("\"{}\"", n.url()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    // The identity's hour and the route's ceiling live in different slots:
+    // one take is two scripts, and a give-back two refunds.
+    let text = format!(
+        r#"
+[store]
+kind = "redis-cluster"
+nodes = [{nodes}]
+timeout_ms = 2000
+
+[resilience]
+expected_instances = 2
+
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [{{ name = "hour", algorithm = "fixed_window", limit = 400, window = "1h", mode = "leased" }}]
+
+[[tiers]]
+name = "anonymous"
+limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }}]
+
+[[routes]]
+path = "/search"
+limits = [{{ name = "all", algorithm = "fixed_window", limit = 1000000, window = "1h", scope = "route" }}]
+"#
+    );
+    let mut limiters = Vec::new();
+    for _ in 0..2 {
+        let policy = Policy::from_toml_str(&text, Some("cluster.toml")).unwrap();
+        limiters.push(Limiter::new(policy).await.unwrap());
+    }
+    let mut tasks = Vec::new();
+    for l in &limiters {
+        for _ in 0..3 {
+            let l = l.clone();
+            tasks.push(tokio::spawn(async move {
+                let route = l.route_for("GET", "/search");
+                let (mut admitted, mut local) = (0u64, 0u64);
+                for _ in 0..100 {
+                    let d = l.check(&caller(), "free", route.clone()).await;
+                    admitted += u64::from(d.allowed);
+                    local += u64::from(d.allowed && d.path == DecisionPath::Local);
+                }
+                (admitted, local)
+            }));
+        }
+    }
+    let (mut admitted, mut local) = (0, 0);
+    for t in tasks {
+        let (a, l) = t.await.unwrap();
+        admitted += a;
+        local += l;
+    }
+    // cap = 0.25 x 400 / 2 = 50: at most 2 x 50 units sit in leases.
+    assert!(admitted <= 400, "{admitted} admitted over 400");
+    assert!(
+        admitted >= 300,
+        "only {admitted} admitted: more than 2 leases were lost"
+    );
+    assert!(local > 100, "only {local} admissions came from leases");
+    for l in &limiters {
+        l.shutdown().await;
+    }
+    let counts = cluster_counts(&cluster);
+    assert_eq!(counts.len(), 2, "{counts:?}");
+    for (key, n) in counts {
+        assert_eq!(n, admitted, "{key}: charged {n}, admitted {admitted}");
+    }
+}

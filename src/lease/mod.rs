@@ -29,7 +29,7 @@
 //! - **Store down:** a held lease is spent (it is paid for); after that
 //!   the route's failure policy answers.
 //!
-//! The memory and cluster stores decide exactly: they report
+//! The memory and Sentinel stores decide exactly: they report
 //! [`Store::leases`](crate::store::Store::leases) `false`.
 
 mod entry;
