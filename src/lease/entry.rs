@@ -192,7 +192,7 @@ impl Entry {
             return Step::Exact;
         }
         let rate = self.rate.rate(now);
-        if let Some(h) = self.held.as_mut() {
+        if let (Some(h), Some((g, at))) = (self.held.as_mut(), &self.granted) {
             if h.units >= cost {
                 h.units -= cost;
                 fx.spent = cost;
@@ -204,10 +204,7 @@ impl Entry {
                 if renew.is_some() {
                     self.renewing = true;
                 }
-                let answer = match &self.granted {
-                    Some((g, at)) => lent(g, now - at, left),
-                    None => return Step::Exact,
-                };
+                let answer = lent(g, now - at, left);
                 return Step::Local { answer, renew };
             }
         }
@@ -303,13 +300,7 @@ impl Entry {
         s: &LeaseSettings,
     ) -> Transition {
         self.renewing = false;
-        let retry = d
-            .verdicts
-            .iter()
-            .map(|v| v.retry_after_us)
-            .max()
-            .unwrap_or(0)
-            .min(s.ttl.as_micros() as u64);
+        let retry = self.retry_us(d).min(s.ttl.as_micros() as u64);
         self.exact_until = t0 + retry.max(1);
         Transition::Tail
     }
@@ -325,18 +316,25 @@ impl Entry {
         if d.allowed {
             return;
         }
-        let retry = d
-            .verdicts
-            .iter()
-            .map(|v| v.retry_after_us)
-            .max()
-            .unwrap_or(0);
+        let retry = self.retry_us(d);
         if retry > 0 {
             // From the time the question was sent: the store decided after
             // it, so the remembered refusal ends no later than the real one.
             self.blocked_until = t0 + retry;
             self.blocked = Some((d.clone(), now));
         }
+    }
+
+    /// When a refused request would pass: the latest retry of the enforced
+    /// limits that refused it (a shadow limit never holds a request back).
+    fn retry_us(&self, d: &StoreDecision) -> Micros {
+        self.items
+            .iter()
+            .zip(&d.verdicts)
+            .filter(|(i, v)| !i.shadow && !v.allowed)
+            .map(|(_, v)| v.retry_after_us)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Units held now.
@@ -385,4 +383,56 @@ fn aged(d: &StoreDecision, elapsed: Micros) -> StoreDecision {
         v.retry_after_us = v.retry_after_us.saturating_sub(elapsed);
     }
     d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::Verdict;
+
+    fn verdict(allowed: bool, retry_after_us: u64) -> Verdict {
+        Verdict {
+            allowed,
+            remaining: 0.0,
+            reset_after_us: retry_after_us,
+            retry_after_us,
+            delay_us: 0,
+        }
+    }
+
+    #[test]
+    fn a_refusal_is_remembered_until_the_enforced_retry_not_a_shadows() {
+        let fw = |name: &str| {
+            Item::new(
+                name,
+                Algorithm::FixedWindow {
+                    limit: 5,
+                    window_us: 1_000_000,
+                },
+            )
+        };
+        let mut shadow = fw("s");
+        shadow.shadow = true;
+        let items: Arc<[Item]> = vec![fw("e"), shadow].into();
+        let label = Label {
+            identity: "x".into(),
+            tier: "free".into(),
+            route: "*".into(),
+        };
+        let mut e = Entry::new(items, 1, label, 0);
+        let d = StoreDecision {
+            allowed: false,
+            verdicts: vec![verdict(false, 1_000_000), verdict(false, 100_000_000)],
+            shard: "s".into(),
+            now: 0,
+            rtt: None,
+        };
+        e.heard(10, 20, &d);
+        let s = LeaseSettings::default();
+        let mut fx = Effects::default();
+        let still = e.step(500_000, 1, false, Transition::Cooled, &s, &mut fx);
+        assert!(matches!(still, Step::Local { .. }));
+        let after = e.step(1_000_011, 1, false, Transition::Cooled, &s, &mut fx);
+        assert!(matches!(after, Step::Exact), "{after:?}");
+    }
 }
