@@ -334,3 +334,27 @@ limits = [{{ name = "all", algorithm = "fixed_window", limit = 1000000, window =
         assert_eq!(n, admitted, "{key}: charged {n}, admitted {admitted}");
     }
 }
+
+#[tokio::test]
+async fn a_lease_that_outlives_its_ttl_in_an_open_window_gives_its_units_back() {
+    let redis = RedisServer::start();
+    let l = limiter(
+        &redis,
+        r#"{ name = "minute", algorithm = "fixed_window", limit = 4000, window = "1h", mode = "leased" }"#,
+        "[leases]\nrenew_ms = 100\nttl_ms = 300",
+    )
+    .await;
+    let mut admitted = 0;
+    for _ in 0..300 {
+        admitted += u64::from(l.check(&caller(), "free", None).await.allowed);
+    }
+    assert!(window_count(&redis) > admitted, "no lease was held");
+    // Idle now: within the TTL and a sweep, the window (open for the hour)
+    // is charged only what was admitted.
+    support::eventually(
+        std::time::Duration::from_secs(10),
+        "the unspent units given back",
+        || async { (window_count(&redis) == admitted).then_some(()) },
+    )
+    .await;
+}

@@ -26,6 +26,9 @@ pub(crate) struct Held {
     /// The end of the earliest window it was charged to, on the store's
     /// clock (`None` without window limits): takes in one window merge.
     window_end: Option<Micros>,
+    /// Whether the TTL, not the window's end, ends it: then its window is
+    /// still open at expiry and the unspent units go back.
+    ttl_bound: bool,
     /// The receipt of the latest take, to give unspent units back.
     pub(crate) charge: Option<Charge>,
 }
@@ -185,7 +188,9 @@ impl Entry {
             self.leased = leased;
             fx.transition = Some(why);
             if !leased {
-                fx.give_back = self.release();
+                if let Some(g) = self.release() {
+                    fx.give_back = Some(g);
+                }
             }
         }
         if !self.leased {
@@ -218,10 +223,20 @@ impl Entry {
         }
     }
 
-    /// Counts a lease past its expiry as expired and drops it.
+    /// Drops a lease past its expiry. Ended by its TTL, its window is
+    /// still open: the unspent units go back (left as charged, they would
+    /// be refused to everyone until the window ends). Ended with its
+    /// window, they count as expired: the next window never had them.
     pub(crate) fn expire(&mut self, now: Micros, fx: &mut Effects) {
-        if self.held.as_ref().is_some_and(|h| now >= h.expires) {
-            fx.expired += self.held.take().map_or(0, |h| h.units);
+        if self.held.as_ref().is_none_or(|h| now < h.expires) {
+            return;
+        }
+        let Some(h) = self.held.take() else { return };
+        match h.charge {
+            Some(c) if h.ttl_bound && h.units > 0 && fx.give_back.is_none() => {
+                fx.give_back = Some((h.units, c));
+            }
+            _ => fx.expired += h.units,
         }
     }
 
@@ -253,7 +268,7 @@ impl Entry {
     ) -> Option<Transition> {
         self.renewing = false;
         self.last_take = units;
-        let (lifetime, window_end) = lifetime(&self.items, d, s);
+        let (lifetime, window_end, ttl_bound) = lifetime(&self.items, d, s);
         let expires = t0 + lifetime;
         self.expire(now, fx);
         let fresh = units - used;
@@ -261,6 +276,7 @@ impl Entry {
             Some(h) if h.window_end == window_end => {
                 h.units += fresh;
                 h.expires = expires;
+                h.ttl_bound = ttl_bound;
                 h.charge = charge;
             }
             _ => {
@@ -271,6 +287,7 @@ impl Entry {
                     units: fresh,
                     expires,
                     window_end,
+                    ttl_bound,
                     charge,
                 });
             }
@@ -344,10 +361,15 @@ impl Entry {
 }
 
 /// How long a lease taken with answer `d` is valid: the TTL, cut at the
-/// end of the first window it was charged to; and that window's end on
-/// the store's clock.
-fn lifetime(items: &[Item], d: &StoreDecision, s: &LeaseSettings) -> (Micros, Option<Micros>) {
-    let mut life = s.ttl.as_micros() as u64;
+/// end of the first window it was charged to; that window's end on the
+/// store's clock; and whether the TTL is what ends it.
+fn lifetime(
+    items: &[Item],
+    d: &StoreDecision,
+    s: &LeaseSettings,
+) -> (Micros, Option<Micros>, bool) {
+    let ttl = s.ttl.as_micros() as u64;
+    let mut life = ttl;
     let mut end = None::<Micros>;
     for item in items {
         if let Algorithm::FixedWindow { window_us, .. }
@@ -359,7 +381,7 @@ fn lifetime(items: &[Item], d: &StoreDecision, s: &LeaseSettings) -> (Micros, Op
             end = Some(end.map_or(window_end, |e: Micros| e.min(window_end)));
         }
     }
-    (life, end)
+    (life, end, life == ttl)
 }
 
 /// The answer to a request spent from a lease granted with `g`, `elapsed`

@@ -128,16 +128,22 @@ impl Leases {
         charge: Option<Charge>,
         s: &LeaseSettings,
         instances: u32,
-    ) {
+    ) -> Option<GiveBack> {
         metrics::granted(units);
         if used > 0 {
             metrics::spent(used);
         }
         let mut fx = Effects::default();
         let mut shard = self.shard(key).lock();
+        let mut give = None;
         match shard.get_mut(&key) {
             Some(e) => {
                 fx.transition = e.install(t0, now, units, used, d, charge, s, instances, &mut fx);
+                give = fx.give_back.take().map(|(units, charge)| GiveBack {
+                    items: e.items.clone(),
+                    units,
+                    charge,
+                });
             }
             None => {
                 // Evicted meanwhile: the fresh units cannot be spent here.
@@ -146,6 +152,7 @@ impl Leases {
         }
         drop(shard);
         self.effects(&fx);
+        give
     }
 
     /// A take for `key` sent at `t0` was refused.
@@ -198,6 +205,13 @@ impl Leases {
             let mut shard = shard.lock();
             shard.retain(|_, e| {
                 e.expire(now, &mut fx);
+                if let Some((units, charge)) = fx.give_back.take() {
+                    give.push(GiveBack {
+                        items: e.items.clone(),
+                        units,
+                        charge,
+                    });
+                }
                 let quiet = e.rate.rate(now) < s.exit_per_second;
                 let idle = now.saturating_sub(e.last_seen) >= IDLE_US;
                 if e.leased && (quiet || idle) && !e.renewing {

@@ -136,9 +136,10 @@ impl Limiter {
                     Ok((d, charge)) if d.allowed => {
                         metrics::renew_latency(started.elapsed());
                         let heard = inner.clock.now_us();
-                        state
+                        let give = state
                             .table
                             .granted(req.key, now, heard, units, cost, &d, charge, &s, instances);
+                        self.give_back_later(give.into_iter().collect());
                         let source = Source::Store {
                             shard: d.shard.clone(),
                         };
@@ -234,9 +235,10 @@ impl Limiter {
                 Ok((d, charge)) if d.allowed => {
                     metrics::renew_latency(started.elapsed());
                     let now = this.inner.clock.now_us();
-                    state
+                    let give = state
                         .table
                         .granted(key, t0, now, units, 0, &d, charge, &s, instances);
+                    this.give_back_later(give.into_iter().collect());
                 }
                 Ok((d, _)) => {
                     metrics::renew_latency(started.elapsed());
