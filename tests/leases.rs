@@ -343,3 +343,32 @@ limits = [{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per
     stop[0].store(true, std::sync::atomic::Ordering::SeqCst);
     load.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_killed_mid_window_under_the_local_policy_admits_at_most_twice_the_limit_then_the_limit()
+ {
+    let mut redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let servers = start(&redis, &config(dir.path(), "local"));
+    let urls: Vec<String> = servers.iter().map(Ratewatch::url).collect();
+    let first = next_window();
+    let n = 6;
+    let end = first + n as u64 * WINDOW_US;
+    let stop = (0..INSTANCES)
+        .map(|_| Arc::new(AtomicBool::new(false)))
+        .collect();
+    let per_target = 2.0 * LIMIT as f64 / INSTANCES as f64;
+    let load = tokio::spawn(hammer(urls, "/api/users", KEY, per_target, end, stop));
+    let kill_at = first + 2 * WINDOW_US + WINDOW_US / 10;
+    until(kill_at).await;
+    redis.kill();
+    let shots = load.await.expect("load");
+    let ws = windows(&shots, first, WINDOW_US, n);
+    // Before the kill: exact. The kill window: what Redis admitted (leases
+    // included) plus every instance's local share (LIMIT / 3 each).
+    no_overshoot(&ws[..2]);
+    assert!(ws[2].admitted_inside <= 2 * LIMIT, "{ws:#?}");
+    // After it: the local shares alone, within the limit, and used.
+    no_overshoot(&ws[3..]);
+    assert!(ws[3..].iter().all(|w| w.admitted_inside > 0), "{ws:#?}");
+}
