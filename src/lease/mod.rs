@@ -5,9 +5,22 @@
 //! atomic call: the decide script with `cost = n` charges every limit of
 //! the request `n` units at once, all or nothing, on the store's clock. The
 //! instance then spends those units locally, with no I/O, and gives back
-//! what is unused when the key leaves lease mode or the limiter shuts down
-//! (the refund script). Renewal happens in the background when the lease
-//! runs below half of its last take.
+//! what is unused (the refund script) when the key leaves lease mode, when
+//! a lease's TTL ends while its window is still open, and when the limiter
+//! shuts down. Renewal happens in the background when the lease runs below
+//! half of its last take, and tops the lease up within one window.
+//!
+//! Which requests are leased is the policy's `mode`:
+//!
+//! ```
+//! use ratewatch::policy::{LeaseMode, Limit, Scope};
+//! use std::time::Duration;
+//! let ceiling = Limit::fixed_window("all", 50_000, Duration::from_secs(1)).with_scope(Scope::Route);
+//! let mine = Limit::token_bucket("burst", 100, 10.0);
+//! // A route-wide ceiling is `auto`; the tier's limit follows it.
+//! let mode = LeaseMode::of_request(None, [ceiling.effective_mode(), mine.effective_mode()]);
+//! assert_eq!(mode, LeaseMode::Auto);
+//! ```
 //!
 //! ## Bounds (N instances, `cap` the largest lease of a key)
 //!

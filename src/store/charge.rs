@@ -10,10 +10,13 @@ use std::sync::Arc;
 /// takes it back with the same items.
 #[derive(Clone)]
 pub struct Charge {
+    // Only the Redis stores issue and read receipts.
+    #[cfg_attr(not(feature = "redis-store"), allow(dead_code))]
     pub(crate) inner: Arc<dyn Any + Send + Sync>,
 }
 
 impl Charge {
+    #[cfg_attr(not(feature = "redis-store"), allow(dead_code))]
     pub(crate) fn new(inner: impl Any + Send + Sync) -> Self {
         Self {
             inner: Arc::new(inner),
