@@ -358,3 +358,28 @@ async fn a_lease_that_outlives_its_ttl_in_an_open_window_gives_its_units_back() 
     )
     .await;
 }
+
+#[tokio::test]
+async fn the_memory_store_decides_a_leased_limit_exactly() {
+    let text = r#"
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [{ name = "minute", algorithm = "fixed_window", limit = 5, window = "1h", mode = "leased" }]
+
+[[tiers]]
+name = "anonymous"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }]
+"#;
+    let l = Limiter::new(Policy::from_toml_str(text, None).unwrap())
+        .await
+        .unwrap();
+    let mut allowed = 0;
+    for _ in 0..50 {
+        let d = l.check(&caller(), "free", None).await;
+        assert_eq!(d.path, DecisionPath::Store);
+        allowed += usize::from(d.allowed);
+    }
+    assert_eq!(allowed, 5);
+    assert!(l.hot_keys().is_empty());
+}

@@ -426,6 +426,32 @@ mod tests {
     }
 
     #[test]
+    fn a_client_rotating_keys_never_grows_the_table_past_max_keys() {
+        let s = LeaseSettings {
+            max_keys: 32,
+            ..LeaseSettings::default()
+        };
+        let l = Leases::new(0);
+        let items = items();
+        let mut refused = admitted(0);
+        refused.allowed = false;
+        refused.verdicts[0].allowed = false;
+        refused.verdicts[0].retry_after_us = 1_000_000;
+        for key in 0..10_000u64 {
+            let req = Request {
+                key: key.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                items: &items,
+                cost: 1,
+                mode: LeaseMode::Leased,
+            };
+            l.step(&req, key, &s, 1, label);
+            l.heard(&req, key, key, &refused, &s, 1, label);
+        }
+        let held: usize = l.shards.iter().map(|s| s.lock().len()).sum();
+        assert!(held <= 32, "{held} entries for max_keys = 32");
+    }
+
+    #[test]
     fn a_sweep_takes_a_key_that_stopped_out_of_lease_mode_and_forgets_it() {
         let l = Leases::new(0);
         let mut t = 0;
