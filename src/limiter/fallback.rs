@@ -18,7 +18,7 @@ use parking_lot::RwLock;
 
 use super::compiled::{CompiledLimit, CompiledTier};
 use super::live::Live;
-use super::{Decision, LimitReport, Limiter, Source, build};
+use super::{Decision, DecisionPath, LimitReport, Limiter, Source, build};
 use crate::clock::Clock;
 use crate::identity::Identity;
 use crate::policy::FailurePolicy;
@@ -83,6 +83,7 @@ impl Limiter {
                     },
                     store_rtt: None,
                     decided_at: self.inner.clock.now_us(),
+                    path: DecisionPath::Store,
                 }
             }
             FailurePolicy::Local => {

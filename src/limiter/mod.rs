@@ -21,6 +21,7 @@ mod compiled;
 mod decision;
 mod fallback;
 mod identify;
+mod leased;
 mod live;
 mod metrics_handler;
 mod reload;
@@ -31,7 +32,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use decision::{Decision, LimitReport, Source};
+pub use decision::{Decision, DecisionPath, LimitReport, Source};
 pub use live::{PolicyVersion, RouteMatch};
 pub use reload::{PolicyStatus, ReloadAttempt, ReloadError, ReloadOutcome};
 pub use snapshot::PolicySnapshot;
@@ -72,6 +73,8 @@ struct Inner {
     clock: Arc<dyn Clock>,
     /// One breaker per shard; none for the memory store, which cannot fail.
     breakers: Option<ShardBreakers>,
+    /// Hot keys' pre-paid leases (unused unless the store supports them).
+    leases: leased::LeaseState,
 }
 
 impl std::fmt::Debug for Limiter {
@@ -167,6 +170,7 @@ impl LimiterBuilder {
                 local: LocalFallback::new(self.clock.clone(), max_entries, observer),
                 store,
                 telemetry,
+                leases: leased::LeaseState::new(self.clock.now_us()),
                 clock: self.clock,
                 breakers,
             }),
@@ -303,6 +307,7 @@ impl Limiter {
                 outcome: Outcome::Allowed,
                 store_rtt: None,
                 decided_at: inner.clock.now_us(),
+                path: DecisionPath::Store,
             };
         };
         let cost = route_idx.map_or(1, |i| c.routes[i].rule.cost);
@@ -313,33 +318,85 @@ impl Limiter {
             Batch::consume(&items, cost)
         };
         let failure = route_idx.map_or(c.default_failure, |i| c.routes[i].failure);
-
-        let decision = match self.ask_store(&batch, live.policy.store.timeout).await {
-            Ok(d) => {
-                let source = Source::Store {
-                    shard: d.shard.clone(),
-                };
-                build(tier.name.clone(), &limits, d, source, None)
-            }
-            Err(f) => {
-                let shard = f.shard.unwrap_or_else(|| "memory".into());
-                let mut d = self.fallback(
-                    live, tier, route_idx, identity, &batch, shard, f.reason, failure, &limits,
-                );
-                // Failing closed behind an open breaker: retry once it lets a
-                // probe through.
-                if let (Some(wait), Some(retry), FailurePolicy::Closed) =
-                    (f.breaker_wait, d.retry_after.as_mut(), failure)
-                {
-                    *retry = wait.max(Duration::from_secs(1));
-                }
-                d
+        let leased = if peek {
+            None
+        } else {
+            self.decide_leased(
+                live, tier, route_idx, identity, &items, &limits, cost, failure,
+            )
+            .await
+        };
+        let decision = match leased {
+            Some(d) => d,
+            None => {
+                self.decide_exact(
+                    live, tier, route_idx, identity, &batch, failure, &limits, false,
+                )
+                .await
+                .0
             }
         };
         if !peek {
             self.record(live, &decision, route_idx, identity, cost);
         }
         decision
+    }
+
+    /// One store decision of `batch`, or the failure policy's answer when
+    /// the store gave none; with the store's own answer if `keep` and it
+    /// gave one.
+    #[allow(clippy::too_many_arguments)]
+    async fn decide_exact(
+        &self,
+        live: &Live,
+        tier: &compiled::CompiledTier,
+        route_idx: Option<usize>,
+        identity: &Identity,
+        batch: &Batch<'_>,
+        failure: FailurePolicy,
+        limits: &[&CompiledLimit],
+        keep: bool,
+    ) -> (Decision, Option<StoreDecision>) {
+        match self.ask_store(batch, live.policy.store.timeout).await {
+            Ok(d) => {
+                let source = Source::Store {
+                    shard: d.shard.clone(),
+                };
+                let kept = keep.then(|| d.clone());
+                (build(tier.name.clone(), limits, d, source, None), kept)
+            }
+            Err(f) => (
+                self.failed_over(live, tier, route_idx, identity, batch, failure, limits, f),
+                None,
+            ),
+        }
+    }
+
+    /// The failure policy's answer for `batch` after the store failed `f`.
+    #[allow(clippy::too_many_arguments)]
+    fn failed_over(
+        &self,
+        live: &Live,
+        tier: &compiled::CompiledTier,
+        route_idx: Option<usize>,
+        identity: &Identity,
+        batch: &Batch<'_>,
+        failure: FailurePolicy,
+        limits: &[&CompiledLimit],
+        f: StoreFailure,
+    ) -> Decision {
+        let shard = f.shard.unwrap_or_else(|| "memory".into());
+        let mut d = self.fallback(
+            live, tier, route_idx, identity, batch, shard, f.reason, failure, limits,
+        );
+        // Failing closed behind an open breaker: retry once it lets a
+        // probe through.
+        if let (Some(wait), Some(retry), FailurePolicy::Closed) =
+            (f.breaker_wait, d.retry_after.as_mut(), failure)
+        {
+            *retry = wait.max(Duration::from_secs(1));
+        }
+        d
     }
 
     /// One store call within the decision budget, through the breaker of
@@ -352,24 +409,42 @@ impl Limiter {
         batch: &Batch<'_>,
         budget: Duration,
     ) -> Result<StoreDecision, StoreFailure> {
+        self.ask_store_for(batch, budget, false)
+            .await
+            .map(|(d, _)| d)
+    }
+
+    /// [`Limiter::ask_store`], keeping what an admitted decision charged
+    /// when `charged` (a lease take).
+    async fn ask_store_for(
+        &self,
+        batch: &Batch<'_>,
+        budget: Duration,
+        charged: bool,
+    ) -> Result<(StoreDecision, Option<crate::store::Charge>), StoreFailure> {
         let inner = &*self.inner;
         if inner.breakers.is_none() {
             // The memory store: no breaker, no timer, no shard to gather.
-            return inner.store.decide(batch).await.map_err(|e| {
-                tracing::debug!(error = %e, "store could not decide");
-                StoreFailure {
-                    reason: if e.is_timeout() {
-                        FallbackReason::Timeout
-                    } else {
-                        FallbackReason::Error
-                    },
-                    breaker_wait: None,
-                    shard: e
-                        .shard()
-                        .cloned()
-                        .or_else(|| batch.items.first().map(|i| inner.store.shard_for(&i.key))),
-                }
-            });
+            return inner
+                .store
+                .decide(batch)
+                .await
+                .map(|d| (d, None))
+                .map_err(|e| {
+                    tracing::debug!(error = %e, "store could not decide");
+                    StoreFailure {
+                        reason: if e.is_timeout() {
+                            FallbackReason::Timeout
+                        } else {
+                            FallbackReason::Error
+                        },
+                        breaker_wait: None,
+                        shard: e
+                            .shard()
+                            .cloned()
+                            .or_else(|| batch.items.first().map(|i| inner.store.shard_for(&i.key))),
+                    }
+                });
         }
         let mut shards: Vec<Arc<str>> = Vec::with_capacity(1);
         for item in batch.items {
@@ -398,7 +473,13 @@ impl Limiter {
                 }
             }
         }
-        let decide = inner.store.decide(batch);
+        let decide = async {
+            if charged {
+                inner.store.decide_charged(batch).await
+            } else {
+                inner.store.decide(batch).await.map(|d| (d, None))
+            }
+        };
         // A store without breakers (the memory store) never waits on
         // anything: no timer is needed around it.
         let answer = if inner.breakers.is_some() {
@@ -551,6 +632,7 @@ fn build(
         outcome,
         store_rtt: d.rtt,
         decided_at: d.now,
+        path: DecisionPath::Store,
     }
 }
 
@@ -569,8 +651,10 @@ fn report(l: &CompiledLimit, v: &Verdict, local: Option<&crate::store::Item>) ->
 }
 
 impl Limiter {
-    /// Flushes telemetry and stops background work; call before exit.
+    /// Gives unspent leases back, flushes telemetry and stops background
+    /// work; call before exit.
     pub async fn shutdown(&self) {
+        self.return_leases().await;
         self.inner.telemetry.shutdown().await;
     }
 }
