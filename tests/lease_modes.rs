@@ -95,18 +95,12 @@ async fn an_exact_key_asks_the_store_every_time() {
 
 /// The one limit key's window count in Redis.
 fn window_count(redis: &RedisServer) -> u64 {
-    let keys = redis.cli(&["--scan", "--pattern", "rw:*minute*"]);
-    let key = keys
-        .lines()
-        .next()
-        .expect("the limit's key")
-        .trim()
-        .to_owned();
+    // The one window counter among the limits' keys.
     redis
-        .cli(&["HGET", &key, "count"])
-        .trim()
-        .parse()
-        .expect("count")
+        .cli(&["--scan", "--pattern", "rw:{*"])
+        .lines()
+        .find_map(|key| support::window_count(redis.port, key.trim()))
+        .expect("the limit's window counter")
 }
 
 #[tokio::test]
@@ -247,7 +241,7 @@ fn cluster_counts(cluster: &support::RedisCluster) -> Vec<(String, u64)> {
             if key.is_empty() {
                 continue;
             }
-            if let Ok(n) = node.cli(&["HGET", key, "count"]).trim().parse() {
+            if let Some(n) = support::window_count(node.port, key) {
                 out.push((key.to_owned(), n));
             }
         }
