@@ -42,6 +42,10 @@ pub(crate) enum Step {
         answer: StoreDecision,
         /// Units to take in the background, if the lease runs low.
         renew: Option<u64>,
+        /// The receipt of the lease the units were spent from (`None` for
+        /// a remembered refusal), so they can be put back into that lease
+        /// and no other ([`Entry::put_back`]).
+        from: Option<Charge>,
     },
     /// Take a lease of `units` (this request's cost included) and answer
     /// from it.
@@ -180,6 +184,7 @@ impl Entry {
                 return Step::Local {
                     answer: aged(answer, now - at),
                     renew: None,
+                    from: None,
                 };
             }
         }
@@ -210,7 +215,12 @@ impl Entry {
                     self.renewing = true;
                 }
                 let answer = lent(g, now - at, left);
-                return Step::Local { answer, renew };
+                let from = h.charge.clone();
+                return Step::Local {
+                    answer,
+                    renew,
+                    from,
+                };
             }
         }
         if now < self.exact_until || self.renewing {
@@ -352,6 +362,26 @@ impl Entry {
             .map(|(_, v)| v.retry_after_us)
             .max()
             .unwrap_or(0)
+    }
+
+    /// Puts `units` spent at `now` from the lease with receipt `from` back
+    /// into it, if it is still that lease and still valid; `false` if not
+    /// (a renewal replaced it or it expired), when the caller gives them
+    /// back to the store instead: units never move to another lease, whose
+    /// window may not be the one they were charged to.
+    pub(crate) fn put_back(&mut self, units: u64, from: &Charge, now: Micros) -> bool {
+        match self.held.as_mut() {
+            Some(h)
+                if now < h.expires
+                    && h.charge
+                        .as_ref()
+                        .is_some_and(|c| Arc::ptr_eq(&c.inner, &from.inner)) =>
+            {
+                h.units += units;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Units held now.
