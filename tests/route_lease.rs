@@ -218,3 +218,96 @@ async fn fifty_identities_at_twice_a_route_ceiling_lease_it_and_keep_every_limit
         assert!(spent > 0.0, "no lease units spent on {}", s.url());
     }
 }
+
+/// In process: a tier limit that says `mode = "exact"` beside a route
+/// ceiling. Before, any `exact` limit made the whole request exact; now the
+/// ceiling is leased apart, and the exact limit still refuses at its
+/// quota. The units those refused requests spent from the ceiling's lease
+/// go back into it: Redis' count of the ceiling is what was admitted plus
+/// what the lease holds, never a refused request more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exact_identity_limit_beside_a_leased_ceiling_refuses_exactly_and_loses_no_ceiling_unit()
+{
+    use ratewatch::identity::{Identity, IdentityKind};
+    use ratewatch::{DecisionPath, Limiter, Policy};
+
+    let redis = RedisServer::start();
+    let text = format!(
+        r#"
+[store]
+kind = "redis"
+url = "{}"
+timeout_ms = 2000
+
+[leases]
+ttl_ms = 60000
+
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [{{ name = "mine", algorithm = "fixed_window", limit = 3, window = "1h", mode = "exact" }}]
+
+[[tiers]]
+name = "anonymous"
+limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }}]
+
+[[routes]]
+path = "/search"
+limits = [{{ name = "all", algorithm = "fixed_window", limit = 1000000, window = "1h", scope = "route" }}]
+"#,
+        redis.url()
+    );
+    let policy = Policy::from_toml_str(&text, Some("exact.toml")).unwrap();
+    let l = Limiter::new(policy).await.unwrap();
+    let route = l.route_for("GET", "/search");
+    let (mut admitted, mut local, mut store_after_lease) = (0u64, 0u64, 0u64);
+    // 200 identities, 5 requests each: 3 admitted, 2 refused by their own
+    // limit, every one of them far below the entry rate.
+    for round in 0..5 {
+        for i in 0..200 {
+            let who = Identity::new(IdentityKind::ApiKey, format!("free_many_{i:04}"));
+            let d = l.check(&who, "free", route.clone()).await;
+            assert_eq!(d.allowed, round < 3, "identity {i}, request {round}: {d:?}");
+            admitted += u64::from(d.allowed);
+            local += u64::from(d.path == DecisionPath::Local);
+            // Every answer names both limits, wherever each came from.
+            if d.allowed {
+                assert_eq!(d.limits.len(), 2, "{d:?}");
+                store_after_lease += u64::from(d.path == DecisionPath::Store);
+            }
+        }
+    }
+    assert_eq!(admitted, 600);
+    // The identity's limit is always asked: no answer is wholly local.
+    assert_eq!(local, 0);
+    assert!(store_after_lease > 0);
+    let hot = l.hot_keys();
+    let ceiling = hot
+        .iter()
+        .find(|h| h.identity == "*")
+        .unwrap_or_else(|| panic!("the ceiling was not leased: {hot:?}"));
+    assert_eq!(ceiling.route, "/search");
+    let held = ceiling.units;
+    // Redis charged the ceiling exactly what was admitted plus what the
+    // lease still holds: the 400 refused requests cost it nothing.
+    let charged = ceiling_count(&redis);
+    assert_eq!(
+        charged,
+        admitted + held,
+        "ceiling charged {charged}, admitted {admitted}, held {held}"
+    );
+    l.shutdown().await;
+    // And what was held went back.
+    assert_eq!(ceiling_count(&redis), admitted);
+}
+
+/// The ceiling's fixed-window count in Redis.
+fn ceiling_count(redis: &RedisServer) -> u64 {
+    let keys = redis.cli(&["KEYS", "*{rt:*"]);
+    let key = keys.lines().next().expect("a route key").trim().to_owned();
+    redis
+        .cli(&["HGET", &key, "count"])
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("count of {key}: {e}"))
+}
