@@ -219,6 +219,73 @@ async fn fifty_identities_at_twice_a_route_ceiling_lease_it_and_keep_every_limit
     }
 }
 
+/// Redis killed mid-window while the ceiling is leased: requests still
+/// spend from the ceiling's lease, but their own limits cannot be decided,
+/// so the route's failure policy (`closed`) answers and nothing is admitted
+/// unchecked; the windows before stay within the ceiling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_killed_while_the_ceiling_is_leased_fails_closed_for_every_identity() {
+    let mut redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let servers: Vec<Ratewatch> = (0..INSTANCES)
+        .map(|_| {
+            Ratewatch::start(
+                "serve",
+                Some(&cfg),
+                &[("RATEWATCH_REDIS_URL", &redis.url())],
+            )
+        })
+        .collect();
+    let urls: Vec<String> = servers.iter().map(Ratewatch::url).collect();
+    let keys: Vec<String> = (0..IDENTITIES)
+        .map(|i| format!("free_route_identity_{i:04}"))
+        .collect();
+    let first = next_window();
+    let n = 6;
+    let end = first + n as u64 * WINDOW_US;
+    let stop = (0..INSTANCES)
+        .map(|_| Arc::new(AtomicBool::new(false)))
+        .collect();
+    let per_target = 2.0 * CEILING as f64 / INSTANCES as f64;
+    let load = tokio::spawn({
+        let keys = keys.clone();
+        async move { hammer_keys(urls, "/api/users", &keys, per_target, end, stop).await }
+    });
+    // A quarter into the third window: every server holds a ceiling lease.
+    let kill_at = first + 2 * WINDOW_US + WINDOW_US / 4;
+    let now = unix_us();
+    if kill_at > now {
+        tokio::time::sleep(std::time::Duration::from_micros(kill_at - now)).await;
+    }
+    redis.kill();
+    let killed = unix_us();
+    let shots = load.await.expect("hammer");
+    let ws = windows(&shots, first, WINDOW_US, 2);
+    within_the_ceiling(&ws);
+    assert!(
+        ws.iter().all(|w| w.refused_inside > 0),
+        "the windows before the kill did not fill: {ws:#?}"
+    );
+    let after: Vec<_> = shots.iter().filter(|s| s.sent >= killed).collect();
+    assert!(
+        after.len() > 100,
+        "only {} requests after the kill",
+        after.len()
+    );
+    let admitted_after = after.iter().filter(|s| s.status == 200).count();
+    assert_eq!(
+        admitted_after,
+        0,
+        "{admitted_after} of {} requests admitted with Redis dead",
+        after.len()
+    );
+    assert!(
+        after.iter().any(|s| s.status == 503),
+        "closed never answered 503"
+    );
+}
+
 /// In process: a tier limit that says `mode = "exact"` beside a route
 /// ceiling. Before, any `exact` limit made the whole request exact; now the
 /// ceiling is leased apart, and the exact limit still refuses at its
