@@ -180,14 +180,14 @@ async fn fifty_identities_at_twice_a_route_ceiling_lease_it_and_keep_every_limit
     // Leased: the route key is asked far less often than requests came.
     let route_calls = monitor.scripts_on("{rt:");
     drop(monitor);
+    eprintln!(
+        "{} requests, {route_calls} scripts on the route key",
+        shots.len()
+    );
     assert!(route_calls > 0, "MONITOR saw no script on the route key");
     assert!(
         route_calls * 4 < shots.len(),
         "{route_calls} scripts on the route key for {} requests",
-        shots.len()
-    );
-    eprintln!(
-        "{} requests, {route_calls} scripts on the route key",
         shots.len()
     );
 

@@ -487,4 +487,62 @@ mod tests {
         let after = e.step(1_000_011, 1, false, Transition::Cooled, &s, &mut fx);
         assert!(matches!(after, Step::Exact), "{after:?}");
     }
+
+    #[test]
+    fn spent_units_go_back_only_into_the_lease_they_came_from() {
+        let items: Arc<[Item]> = vec![Item::new(
+            "e",
+            Algorithm::FixedWindow {
+                limit: 1_000,
+                window_us: 1_000_000,
+            },
+        )]
+        .into();
+        let label = Label {
+            identity: "*".into(),
+            tier: "free".into(),
+            route: "/search".into(),
+        };
+        let s = LeaseSettings::default();
+        let mut fx = Effects::default();
+        let mut e = Entry::new(items, 100, label, 0);
+        let granted = |now: Micros| StoreDecision {
+            allowed: true,
+            verdicts: vec![Verdict {
+                remaining: 800.0,
+                ..verdict(true, 0)
+            }],
+            shard: "s".into(),
+            now,
+            rtt: None,
+        };
+        e.step(10, 1, true, Transition::Configured, &s, &mut fx);
+        let first = Charge::new(1u8);
+        e.install(10, 20, 50, 0, &granted(20), Some(first), &s, 1, &mut fx);
+        let Step::Local {
+            from: Some(from), ..
+        } = e.step(30, 1, true, Transition::Configured, &s, &mut fx)
+        else {
+            panic!("not spent from the lease")
+        };
+        assert_eq!(e.units(), 49);
+        assert!(e.put_back(1, &from, 40));
+        assert_eq!(e.units(), 50);
+        // A take in the next window replaces the lease: the old window's
+        // units must not be spent in it.
+        let next = Charge::new(2u8);
+        e.install(
+            1_000_010,
+            1_000_020,
+            50,
+            0,
+            &granted(1_000_020),
+            Some(next),
+            &s,
+            1,
+            &mut fx,
+        );
+        assert!(!e.put_back(1, &from, 1_000_030));
+        assert_eq!(e.units(), 50);
+    }
 }
