@@ -8,9 +8,17 @@ mod support;
 use ratewatch::identity::{Identity, IdentityKind};
 use ratewatch::policy::{LeaseMode, Limit, Policy, Scope};
 use ratewatch::{DecisionPath, Limiter};
+use std::time::Duration;
+
 use support::RedisServer;
 
 async fn limiter(redis: &RedisServer, limits: &str, extra: &str) -> Limiter {
+    Limiter::new(policy(redis, limits, extra))
+        .await
+        .expect("limiter")
+}
+
+fn policy(redis: &RedisServer, limits: &str, extra: &str) -> Policy {
     let text = format!(
         r#"
 [store]
@@ -33,8 +41,7 @@ limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_pe
 "#,
         redis.url()
     );
-    let policy = Policy::from_toml_str(&text, Some("leases.toml")).expect("policy");
-    Limiter::new(policy).await.expect("limiter")
+    Policy::from_toml_str(&text, Some("leases.toml")).expect("policy")
 }
 
 fn caller() -> Identity {
@@ -382,4 +389,60 @@ limits = [{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per
     }
     assert_eq!(allowed, 5);
     assert!(l.hot_keys().is_empty());
+}
+
+#[tokio::test]
+async fn a_lease_taken_under_the_old_limit_is_not_spent_against_a_lowered_one() {
+    let redis = RedisServer::start();
+    let limit = |n: u64| {
+        format!(
+            r#"{{ name = "minute", algorithm = "fixed_window", limit = {n}, window = "1h", mode = "leased" }}"#
+        )
+    };
+    let extra = "[leases]\nrenew_ms = 100\nttl_ms = 30000";
+    let l = limiter(&redis, &limit(4000), extra).await;
+    let mut admitted = 0;
+    for _ in 0..200 {
+        admitted += u64::from(l.check(&caller(), "free", None).await.allowed);
+    }
+    let charged = window_count(&redis);
+    assert!(charged > admitted + 2, "no lease held: charged {charged}");
+    // Same limit name and algorithm (so the same Redis key), lower limit:
+    // two more requests fit it.
+    let lowered = admitted + 2;
+    l.replace_policy(policy(&redis, &limit(lowered), extra))
+        .expect("reload");
+    for _ in 0..200 {
+        admitted += u64::from(l.check(&caller(), "free", None).await.allowed);
+    }
+    assert!(
+        admitted <= lowered,
+        "{admitted} admitted in a window whose limit is now {lowered}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_its_caller_gave_up_on_does_not_wedge_the_key() {
+    let redis = RedisServer::start();
+    let l = limiter(
+        &redis,
+        r#"{ name = "minute", algorithm = "fixed_window", limit = 4000, window = "1h", mode = "leased" }"#,
+        "[leases]\nrenew_ms = 100\nttl_ms = 1000",
+    )
+    .await;
+    // The first request takes a lease; Redis is frozen, so the take hangs
+    // and the caller (a client that hung up, a timeout layer) drops it.
+    redis.pause();
+    let gave_up =
+        tokio::time::timeout(Duration::from_millis(300), l.check(&caller(), "free", None)).await;
+    redis.resume();
+    assert!(gave_up.is_err(), "the take answered while Redis was frozen");
+    support::eventually(
+        Duration::from_secs(15),
+        "the key served from a lease again",
+        || async {
+            (l.check(&caller(), "free", None).await.path == DecisionPath::Local).then_some(())
+        },
+    )
+    .await;
 }
