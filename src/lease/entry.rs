@@ -293,6 +293,12 @@ impl Entry {
             }
         }
         self.granted = Some((d.clone(), now));
+        if !self.leased && fx.give_back.is_none() {
+            // The key left lease mode while this take was in flight: no
+            // request will spend it, so it goes back now rather than sit
+            // charged (and, ended by its window, be lost) until it expires.
+            fx.give_back = self.release();
+        }
         let remaining = self
             .items
             .iter()
@@ -456,5 +462,50 @@ mod tests {
         assert!(matches!(still, Step::Local { .. }));
         let after = e.step(1_000_011, 1, false, Transition::Cooled, &s, &mut fx);
         assert!(matches!(after, Step::Exact), "{after:?}");
+    }
+
+    #[test]
+    fn a_take_that_lands_after_the_key_left_lease_mode_goes_back_at_once() {
+        let items: Arc<[Item]> = vec![Item::new(
+            "w",
+            Algorithm::FixedWindow {
+                limit: 1_000,
+                window_us: 1_000_000,
+            },
+        )]
+        .into();
+        let label = Label {
+            identity: "x".into(),
+            tier: "free".into(),
+            route: "*".into(),
+        };
+        let s = LeaseSettings::default();
+        let mut e = Entry::new(items, 50, label, 0);
+        let mut fx = Effects::default();
+        let step = e.step(10, 1, true, Transition::Configured, &s, &mut fx);
+        assert!(matches!(step, Step::Take { .. }), "{step:?}");
+        let units = 20;
+        // Cooled before the take's answer came back.
+        let mut fx = Effects::default();
+        e.step(20, 1, false, Transition::Cooled, &s, &mut fx);
+        let granted = StoreDecision {
+            allowed: true,
+            verdicts: vec![Verdict {
+                allowed: true,
+                remaining: 900.0,
+                reset_after_us: 999_000,
+                retry_after_us: 0,
+                delay_us: 0,
+            }],
+            shard: "s".into(),
+            now: 1_000,
+            rtt: None,
+        };
+        let mut fx = Effects::default();
+        let receipt = Some(Charge::new(()));
+        e.install(10, 30, units, 1, &granted, receipt, &s, 1, &mut fx);
+        let (back, _) = fx.give_back.expect("the fresh units go back");
+        assert_eq!(back, units - 1);
+        assert_eq!(e.units(), 0);
     }
 }

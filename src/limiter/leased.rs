@@ -283,7 +283,15 @@ impl Limiter {
                         &s,
                         instances,
                     );
-                    this.give_back_later(give.into_iter().collect());
+                    let mut give: Vec<GiveBack> = give.into_iter().collect();
+                    if state.closing.load(Ordering::SeqCst) {
+                        // Landed after shutdown drained the table (it was
+                        // sent just before closing was seen): back at once.
+                        give.extend(state.table.drain());
+                        this.give_back(give).await;
+                    } else {
+                        this.give_back_later(give);
+                    }
                 }
                 Ok((d, _)) => {
                     metrics::renew_latency(started.elapsed());
