@@ -504,7 +504,7 @@ mod tests {
         // Taken 100 ms before the second's window ends.
         let d = StoreDecision {
             allowed: true,
-            verdicts: vec![ok.clone(), ok],
+            verdicts: vec![ok, ok],
             shard: "s".into(),
             now: 7_900_000,
             rtt: None,
