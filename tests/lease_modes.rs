@@ -102,7 +102,12 @@ async fn an_exact_key_asks_the_store_every_time() {
 
 /// The one limit key's window count in Redis.
 fn window_count(redis: &RedisServer) -> u64 {
-    let keys = redis.cli(&["--scan", "--pattern", "rw:*minute*"]);
+    count_of(redis, "minute")
+}
+
+/// The window count of the limit named `name` in Redis.
+fn count_of(redis: &RedisServer, name: &str) -> u64 {
+    let keys = redis.cli(&["--scan", "--pattern", &format!("rw:*{name}*")]);
     let key = keys
         .lines()
         .next()
@@ -443,6 +448,39 @@ async fn a_take_its_caller_gave_up_on_does_not_wedge_the_key() {
         || async {
             (l.check(&caller(), "free", None).await.path == DecisionPath::Local).then_some(())
         },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_ended_by_a_short_window_leave_nothing_charged_to_a_long_one() {
+    let redis = RedisServer::start();
+    let l = limiter(
+        &redis,
+        r#"{ name = "second", algorithm = "fixed_window", limit = 100000, window = "1s", mode = "leased" },
+           { name = "hour", algorithm = "fixed_window", limit = 1000000, window = "1h" }"#,
+        "[leases]\nrenew_ms = 100\nttl_ms = 1000",
+    )
+    .await;
+    // Hot across at least two second-windows, so leases end with them.
+    let started = std::time::Instant::now();
+    let mut admitted = 0;
+    let mut local = 0;
+    while started.elapsed() < Duration::from_millis(2500) {
+        let d = l.check(&caller(), "free", None).await;
+        admitted += u64::from(d.allowed);
+        local += u64::from(d.path == DecisionPath::Local);
+    }
+    assert!(
+        local > admitted / 2,
+        "only {local} of {admitted} from leases"
+    );
+    // Idle now: every unspent unit goes back to the hour, which is
+    // charged only what was admitted.
+    support::eventually(
+        Duration::from_secs(15),
+        "the hour charged only what was admitted",
+        || async { (count_of(&redis, "hour") == admitted).then_some(()) },
     )
     .await;
 }
