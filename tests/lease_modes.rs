@@ -484,3 +484,38 @@ async fn leases_ended_by_a_short_window_leave_nothing_charged_to_a_long_one() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_lease_is_spent_while_redis_is_frozen_then_the_failure_policy_answers() {
+    let redis = RedisServer::start();
+    let l = limiter(
+        &redis,
+        r#"{ name = "minute", algorithm = "fixed_window", limit = 4000, window = "1h", mode = "leased" }"#,
+        "on_store_failure = \"closed\"\n[leases]\nrenew_ms = 100\nttl_ms = 30000",
+    )
+    .await;
+    let mut admitted = 0;
+    for _ in 0..300 {
+        admitted += u64::from(l.check(&caller(), "free", None).await.allowed);
+    }
+    assert_eq!(admitted, 300);
+    redis.pause();
+    // Paid for: spent with no round trip while Redis answers nothing.
+    let mut local = 0;
+    let last = loop {
+        let d = l.check(&caller(), "free", None).await;
+        if d.path != DecisionPath::Local {
+            break d;
+        }
+        assert!(d.allowed, "a held lease refused: {d:?}");
+        local += 1;
+        assert!(local <= 1000, "more spent than the largest lease (1000)");
+    };
+    redis.resume();
+    assert!(local > 0, "no held lease was spent while Redis was frozen");
+    assert!(!last.allowed, "closed admitted past the lease: {last:?}");
+    assert!(
+        matches!(last.source, ratewatch::Source::Fallback { .. }),
+        "{last:?}"
+    );
+}
