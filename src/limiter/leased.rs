@@ -160,8 +160,10 @@ impl Limiter {
             }
             Step::Take { units } => {
                 metrics::decision(false);
+                // A task that never ran (its runtime shut down) or
+                // panicked cleared nothing: the key is marked as not taking.
                 let taken = match self.take(req.key, items.into(), units, cost, now, live) {
-                    Some(task) => task.await.ok(),
+                    Some(task) => task.await.map_err(|_| state.table.failed(req.key)).ok(),
                     None => None,
                 };
                 match taken {
