@@ -111,6 +111,9 @@ pub(crate) struct Effects {
 pub(crate) struct Entry {
     /// In lease mode.
     pub(crate) leased: bool,
+    /// The last request's mode said `leased`: only going idle takes such a
+    /// key out of lease mode, not a low rate (that is `auto`'s rule).
+    pub(crate) configured: bool,
     pub(crate) held: Option<Held>,
     /// A take is in flight: no other starts.
     pub(crate) renewing: bool,
@@ -148,6 +151,7 @@ impl Entry {
     pub(crate) fn new(items: Arc<[Item]>, cap: u64, label: Label, now: Micros) -> Self {
         Self {
             leased: false,
+            configured: false,
             held: None,
             renewing: false,
             exact_until: 0,

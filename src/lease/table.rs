@@ -96,6 +96,7 @@ impl Leases {
             shard.insert(req.key, e);
         }
         let e = shard.get_mut(&req.key).expect("inserted above");
+        e.configured = req.mode == LeaseMode::Leased;
         // The largest lease follows a reload of `max_share`, the TTL or
         // `expected_instances`: an entry hot for hours must not keep the
         // cap of the policy it was made under (with more instances, the
@@ -201,8 +202,9 @@ impl Leases {
         }
     }
 
-    /// Expires leases past their time, takes keys that went quiet out of
-    /// lease mode and drops idle entries; returns the leases to give back.
+    /// Expires leases past their time, takes `auto` keys that went quiet
+    /// and any key gone idle out of lease mode, and drops idle entries;
+    /// returns the leases to give back.
     pub(crate) fn sweep(&self, now: Micros, s: &LeaseSettings) -> Vec<GiveBack> {
         let mut give = Vec::new();
         let mut fx = Effects::default();
@@ -217,7 +219,9 @@ impl Leases {
                         charge,
                     });
                 }
-                let quiet = e.rate.rate(now) < s.exit_per_second;
+                // A configured key leaves only when idle: cooling it by
+                // rate would flip it out and back in on every request.
+                let quiet = !e.configured && e.rate.rate(now) < s.exit_per_second;
                 let idle = now.saturating_sub(e.last_seen) >= IDLE_US;
                 if e.leased && (quiet || idle) && !e.renewing {
                     e.leased = false;
@@ -483,6 +487,45 @@ mod tests {
         assert!(
             largest_after <= 25,
             "a take of {largest_after} units with a cap of 25"
+        );
+    }
+
+    #[test]
+    fn a_configured_key_at_a_low_rate_is_not_cooled_by_every_sweep() {
+        let s = LeaseSettings::default();
+        let l = Leases::new(0);
+        let items = items();
+        let req = Request {
+            key: 5,
+            items: &items,
+            cost: 1,
+            mode: LeaseMode::Leased,
+        };
+        let mut t = 0;
+        // 5 requests per second for 5 seconds, below exit_per_second,
+        // with the sweep running every renew interval as it does.
+        for _ in 0..25 {
+            for _ in 0..2 {
+                t += 100_000;
+                l.sweep(t, &s);
+            }
+            match l.step(&req, t, &s, 1, label).0 {
+                Step::Take { units } => {
+                    l.granted(5, t, t, units, 1, &admitted(t), None, &s, 1);
+                }
+                Step::Local {
+                    renew: Some(units), ..
+                } => {
+                    l.granted(5, t, t, units, 0, &admitted(t), None, &s, 1);
+                }
+                _ => {}
+            }
+        }
+        assert!(leased(&l));
+        assert_eq!(
+            l.flips.load(Ordering::Relaxed),
+            1,
+            "a configured key flapped"
         );
     }
 
