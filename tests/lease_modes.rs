@@ -519,3 +519,32 @@ async fn a_held_lease_is_spent_while_redis_is_frozen_then_the_failure_policy_ans
         "{last:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_with_redis_frozen_gives_leases_back_within_one_budget_not_one_per_lease() {
+    let redis = RedisServer::start();
+    let l = limiter(
+        &redis,
+        r#"{ name = "minute", algorithm = "fixed_window", limit = 4000, window = "1h", mode = "leased" }"#,
+        "[leases]\nrenew_ms = 100\nttl_ms = 30000",
+    )
+    .await;
+    let keys = 20;
+    for i in 0..keys {
+        let id = Identity::new(IdentityKind::ApiKey, format!("free_lease_frozen_{i}"));
+        for _ in 0..50 {
+            assert!(l.check(&id, "free", None).await.allowed);
+        }
+    }
+    assert!(l.hot_keys().len() >= keys / 2, "few keys hold leases");
+    redis.pause();
+    // The budget is 2 s: one per lease, in turn, would be 40 s.
+    let started = std::time::Instant::now();
+    let done = tokio::time::timeout(Duration::from_secs(15), l.shutdown()).await;
+    redis.resume();
+    assert!(
+        done.is_ok(),
+        "shutdown still giving leases back after {:?}",
+        started.elapsed()
+    );
+}

@@ -318,14 +318,12 @@ impl Limiter {
         rt.spawn(async move { this.give_back(give).await });
     }
 
+    /// Gives leases back all at once: in turn, a frozen Redis would hold
+    /// shutdown for one store timeout per lease held.
     async fn give_back(&self, give: Vec<GiveBack>) {
-        for g in give {
-            match self
-                .inner
-                .store
-                .give_back(&g.items, &g.charge, g.units)
-                .await
-            {
+        let store = &self.inner.store;
+        let refunds = give.iter().map(|g| async move {
+            match store.give_back(&g.items, &g.charge, g.units).await {
                 Ok(()) => metrics::returned(g.units),
                 Err(e) => {
                     // The units stay charged (the safe side) until their
@@ -334,7 +332,8 @@ impl Limiter {
                     metrics::expired(g.units);
                 }
             }
-        }
+        });
+        futures_util::future::join_all(refunds).await;
     }
 
     /// Gives every held lease back (at shutdown).
