@@ -84,10 +84,22 @@ fn main() {
             let ops = inproc::Contenders::hot().measure(who, false, threads, secs);
             println!("{ops:.0} decisions/s");
         }
+        Some("count") => {
+            // `count N [off]`: exactly N `Limiter::check`s on one hot key,
+            // one thread, for `valgrind --tool=callgrind` (instruction counts
+            // repeat where wall-clock on a shared machine does not).
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(100_000);
+            let who = if args.get(2).is_some_and(|a| a == "off") {
+                inproc::Who::RatewatchNoTelemetry
+            } else {
+                inproc::Who::Ratewatch
+            };
+            inproc::Contenders::hot().count(who, false, n);
+        }
         Some("run") | None => run(parse(&args)),
         Some(other) => {
             eprintln!(
-                "usage: bench run [--rounds N] [--secs S] [--out FILE] | bench serve VARIANT PORT [URL...]\nunknown: {other}"
+                "usage: bench run [--rounds N] [--secs S] [--out FILE] | bench serve VARIANT PORT [URL...] | bench check SECS [THREADS] [off] | bench count N [off]\nunknown: {other}"
             );
             std::process::exit(2);
         }

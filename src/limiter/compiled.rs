@@ -14,6 +14,9 @@ use crate::policy::{FailurePolicy, Limit, Policy, RouteRule, Scope, shares};
 use crate::store::Item;
 use crate::store::keys::{self, hash_identity};
 
+/// The compiled limits of one request, in order: on the stack for a few.
+pub(crate) type Limits<'a> = smallvec::SmallVec<[&'a CompiledLimit; 4]>;
+
 /// A limit ready to be keyed.
 #[derive(Debug, Clone)]
 pub(crate) struct CompiledLimit {
@@ -153,12 +156,12 @@ impl Compiled {
         route: Option<usize>,
         identity: &Identity,
         local: bool,
-    ) -> (Vec<Item>, Vec<&'a CompiledLimit>) {
+    ) -> (Vec<Item>, Limits<'a>) {
         let route_limits = route.map_or(&[][..], |i| &tier.route_limits[i][..]);
         let route_tag = route.map_or(keys::ANY_ROUTE, |i| self.routes[i].tag.as_str());
         let part = (tier.split > 1).then(|| rand::random_range(0..tier.split));
         let mut ip_hash = None;
-        let limits: Vec<&CompiledLimit> = tier.limits.iter().chain(route_limits).collect();
+        let limits: Limits<'a> = tier.limits.iter().chain(route_limits).collect();
         let items = limits
             .iter()
             .map(|l| {

@@ -101,6 +101,21 @@ impl PolicySnapshot {
             .await
     }
 
+    /// [`PolicySnapshot::check`] without a future: the decision, recorded,
+    /// when the store decides in process (the memory store); `None`, having
+    /// decided and recorded nothing, when only [`PolicySnapshot::check`] can
+    /// ask it (Redis).
+    pub fn check_now(
+        &self,
+        identity: &Identity,
+        tier: &str,
+        route: Option<&RouteMatch>,
+    ) -> Option<Decision> {
+        let live = route.map_or(&self.live, |r| &r.live);
+        self.limiter
+            .run_now(live, identity, tier, route.map(|r| r.index), false)
+    }
+
     /// Reports every limit's quota for `identity` without consuming any.
     pub async fn peek(
         &self,
