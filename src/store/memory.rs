@@ -308,6 +308,9 @@ impl MemoryStore {
     /// the stack, so a decision allocates only the verdicts it returns.
     pub fn decide_now(&self, batch: &Batch<'_>) -> StoreDecision {
         let now = batch.now.unwrap_or_else(|| self.clock.now_us());
+        if let [item] = batch.items {
+            return self.decide_one(item, batch, now);
+        }
         let located: Few<(usize, Key)> = batch.items.iter().map(|i| self.locate(&i.key)).collect();
         let mut order: Few<usize> = located.iter().map(|&(shard, _)| shard).collect();
         order.sort_unstable();
@@ -369,18 +372,58 @@ impl MemoryStore {
             uncharge(batch.items, &mut verdicts, cost);
         }
         drop(guards);
-        if evicted > 0 {
-            self.evictions.fetch_add(evicted, Ordering::Relaxed);
-            if let Some(o) = self.observer.read().as_ref() {
-                o.evicted(&self.shard_label, evicted);
-            }
-        }
+        self.report_evictions(evicted);
         StoreDecision {
             allowed,
             verdicts,
             shard: self.shard_label.clone(),
             now,
             rtt: None,
+        }
+    }
+}
+
+impl MemoryStore {
+    /// [`MemoryStore::decide_now`] for a request with one limit (the
+    /// common case): one shard, one lock, nothing gathered.
+    fn decide_one(&self, item: &super::Item, batch: &Batch<'_>, now: Micros) -> StoreDecision {
+        let (shard, key) = self.locate(&item.key);
+        let cost = batch.effective_cost();
+        let mut g = self.shards[shard].lock();
+        if now >= g.swept_at.saturating_add(SWEEP_INTERVAL_US) {
+            g.sweep(now);
+        }
+        let step = item.algorithm.decide(g.live(key, now), now, cost);
+        let mut verdicts = vec![step.verdict];
+        let allowed = item.shadow || step.verdict.allowed;
+        let mut evicted = 0;
+        if allowed && !batch.peek {
+            if let Some(state) = step.state {
+                if !g.map.contains_key(&key) {
+                    evicted += g.make_room(1, now);
+                }
+                g.put(key, state, now + step.ttl_us.max(1), now);
+            }
+        } else if !allowed {
+            uncharge(std::slice::from_ref(item), &mut verdicts, cost);
+        }
+        drop(g);
+        self.report_evictions(evicted);
+        StoreDecision {
+            allowed,
+            verdicts,
+            shard: self.shard_label.clone(),
+            now,
+            rtt: None,
+        }
+    }
+
+    fn report_evictions(&self, evicted: u64) {
+        if evicted > 0 {
+            self.evictions.fetch_add(evicted, Ordering::Relaxed);
+            if let Some(o) = self.observer.read().as_ref() {
+                o.evicted(&self.shard_label, evicted);
+            }
         }
     }
 }

@@ -18,13 +18,12 @@ use super::{Event, Outcome, TopK};
 /// come from the policy, so a real deployment stays far below it.
 pub const MAX_SERIES: usize = 4096;
 
-/// Counter series key: tier, route, shard, outcome.
-pub(crate) type SeriesKey = (Arc<str>, Arc<str>, Arc<str>, Outcome);
+use super::series::Series;
 
 /// The aggregate of one flush interval.
 #[derive(Debug)]
 pub(crate) struct Batch {
-    pub counters: AHashMap<SeriesKey, u64>,
+    pub counters: Series,
     /// Blocked requests per `cause|identity` (see [`parse_blocked_member`]).
     pub top: TopK,
     /// Decisions per `tier|shard|identity`, blocked or not: the hot keys.
@@ -42,7 +41,7 @@ pub(crate) struct Batch {
 impl Batch {
     pub fn new(top_keys: usize) -> Self {
         Self {
-            counters: AHashMap::new(),
+            counters: Series::new(MAX_SERIES),
             top: TopK::new(top_keys),
             hot: TopK::new(top_keys),
             rtt: AHashMap::new(),
@@ -53,12 +52,7 @@ impl Batch {
     }
 
     pub fn add(&mut self, e: &Event) {
-        let key = (e.tier.clone(), e.route.clone(), e.shard.clone(), e.outcome);
-        if let Some(n) = self.counters.get_mut(&key) {
-            *n += 1;
-        } else if self.counters.len() < MAX_SERIES {
-            self.counters.insert(key, 1);
-        } else {
+        if !self.counters.add_event(e) {
             self.overflow += 1;
             return;
         }

@@ -45,6 +45,7 @@ mod memory_view;
 pub mod metrics;
 #[cfg(feature = "redis-store")]
 mod redis_sink;
+mod series;
 mod sharded;
 mod topk;
 
