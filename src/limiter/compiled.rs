@@ -49,9 +49,45 @@ impl CompiledLimit {
     }
 }
 
+/// An identity-scoped key of one limit in one tier, cut around the
+/// identity hash. Cut from what [`keys::identity_key`] builds, so the key
+/// schema stays defined in one place.
+#[derive(Debug)]
+struct KeyFrame {
+    head: String,
+    tail: String,
+}
+
+impl KeyFrame {
+    fn new(prefix: &str, tier: &str, l: &CompiledLimit) -> Self {
+        const MARK: &str = "\u{0}";
+        let whole = keys::identity_key(prefix, tier, MARK, None, &l.key_suffix.0, l.key_suffix.1);
+        let (head, tail) = whole.split_once(MARK).unwrap_or((&whole, ""));
+        Self {
+            head: head.to_owned(),
+            tail: tail.to_owned(),
+        }
+    }
+
+    /// The key of `identity_hash`, in one allocation.
+    fn key(&self, identity_hash: &str) -> String {
+        let mut key =
+            String::with_capacity(self.head.len() + identity_hash.len() + self.tail.len());
+        key.push_str(&self.head);
+        key.push_str(identity_hash);
+        key.push_str(&self.tail);
+        key
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct CompiledTier {
     pub name: Arc<str>,
+    /// The key schema of this tier around the identity hash, per tier
+    /// limit then per route limit (same order as `limits`, `route_limits`):
+    /// a key is then one allocation of three parts.
+    identity_keys: Vec<KeyFrame>,
+    route_identity_keys: Vec<Vec<KeyFrame>>,
     pub split: u32,
     pub limits: Vec<CompiledLimit>,
     /// Route limits keyed for this tier, by route index.
@@ -93,12 +129,12 @@ impl Compiled {
             .iter()
             .map(|t| {
                 let split = t.split.max(1);
-                let limits = t
+                let limits: Vec<CompiledLimit> = t
                     .limits
                     .iter()
                     .map(|l| CompiledLimit::new(l, None, split, instances))
                     .collect();
-                let route_limits = policy
+                let route_limits: Vec<Vec<CompiledLimit>> = policy
                     .routes
                     .iter()
                     .zip(&tags)
@@ -109,8 +145,18 @@ impl Compiled {
                             .collect()
                     })
                     .collect();
+                let frames = |ls: &[CompiledLimit]| -> Vec<KeyFrame> {
+                    ls.iter()
+                        .map(|l| KeyFrame::new(&policy.store.key_prefix, &t.name, l))
+                        .collect()
+                };
+                let identity_keys = frames(&limits);
+                let route_identity_keys =
+                    route_limits.iter().map(|ls: &Vec<_>| frames(ls)).collect();
                 let tier = CompiledTier {
                     name: t.name.as_str().into(),
+                    identity_keys,
+                    route_identity_keys,
                     split,
                     limits,
                     route_limits,
@@ -162,11 +208,15 @@ impl Compiled {
         let part = (tier.split > 1).then(|| rand::random_range(0..tier.split));
         let mut ip_hash = None;
         let limits: Limits<'a> = tier.limits.iter().chain(route_limits).collect();
+        let route_frames = route.map_or(&[][..], |i| &tier.route_identity_keys[i][..]);
+        let frames = tier.identity_keys.iter().chain(route_frames);
         let items = limits
             .iter()
-            .map(|l| {
+            .zip(frames)
+            .map(|(l, frame)| {
                 let (name, alg) = (&l.key_suffix.0, l.key_suffix.1);
                 let key = match l.scope {
+                    Scope::Identity if part.is_none() => frame.key(identity.hash()),
                     Scope::Identity => keys::identity_key(
                         &self.prefix,
                         &tier.name,
@@ -245,6 +295,28 @@ mod tests {
     fn keys_of(c: &Compiled, tier: &str, route: Option<usize>, id: &Identity) -> Vec<String> {
         let (items, _) = c.items(&c.tiers[tier], route, id, false);
         items.into_iter().map(|i| i.key).collect()
+    }
+
+    #[test]
+    fn identity_keys_are_the_ones_the_key_schema_builds() {
+        let c = Compiled::new(&policy());
+        let id = Identity::new(IdentityKind::ApiKey, "free_a");
+        let get = keys_of(&c, "free", Some(1), &id);
+        assert_eq!(
+            get[0],
+            keys::identity_key("rw", "free", id.hash(), None, "burst", "tb")
+        );
+        assert_eq!(
+            get[2],
+            keys::identity_key(
+                "rw",
+                "free",
+                id.hash(),
+                None,
+                &keys::limit_name(Some(&c.routes[1].tag), "writes"),
+                "tb"
+            )
+        );
     }
 
     #[test]

@@ -145,12 +145,14 @@ impl LimiterBuilder {
         let observer: Arc<dyn crate::store::StoreObserver> = Arc::new(StoreMetrics);
         store.observe(observer.clone());
         let breakers = (store.kind() != "memory").then(|| {
-            ShardBreakers::with_probes(
+            let breakers = ShardBreakers::with_probes(
                 policy.resilience.breaker,
                 self.clock.clone(),
                 store.clone(),
                 policy.store.timeout,
-            )
+            );
+            breakers.observe(Arc::new(StoreMetrics));
+            breakers
         });
         let plugins = Plugins {
             resolver: self.resolver,
