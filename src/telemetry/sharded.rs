@@ -82,6 +82,7 @@ impl ShardedBatch {
 
 /// Adds `from` into `into`, within the same bounds one part keeps.
 fn merge(into: &mut Batch, mut from: Batch) {
+    from.settle();
     into.events += from.events;
     into.overflow += from.overflow;
     for (key, n) in from.counters.drain() {
