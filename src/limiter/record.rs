@@ -35,7 +35,12 @@ impl Limiter {
             exceeded,
             outcome: d.outcome,
             shard: d.source.shard().clone(),
-            identity: identity.display(live.policy.telemetry.key_display),
+            // Only the fleet view's top keys read the display form.
+            identity: if self.inner.telemetry.keeps_identities() {
+                identity.display(live.policy.telemetry.key_display)
+            } else {
+                String::new()
+            },
             cost,
             redis_rtt: d.store_rtt,
             fallback,

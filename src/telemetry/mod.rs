@@ -275,6 +275,13 @@ impl Telemetry {
         }
     }
 
+    /// Whether events' identities are kept (the fleet view's top keys): a
+    /// metrics-only pipeline never reads them, so callers may leave them
+    /// empty.
+    pub(crate) fn keeps_identities(&self) -> bool {
+        self.inner.is_some()
+    }
+
     /// Counts a breaker trip in Prometheus and in the fleet view.
     pub fn record_breaker_trip(&self, shard: &str) {
         metrics::record_breaker_trip(shard);
