@@ -279,3 +279,53 @@ fn unquote_all(s: &str) -> Vec<String> {
     }
     out
 }
+
+/// Sends `n` `GET /api/data` requests over `connections` keep-alive
+/// connections, each waiting for its answer: a fixed amount of work, for
+/// counting instructions per request under a profiler.
+pub fn fixed_requests(port: u16, n: usize, connections: usize) {
+    let per = n.div_ceil(connections.max(1));
+    let workers: Vec<_> = (0..connections.max(1))
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+                s.set_nodelay(true).ok();
+                s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+                let req = format!(
+                    "GET /api/data HTTP/1.1\r\nHost: 127.0.0.1\r\nx-api-key: {API_KEY}\r\n\r\n"
+                );
+                let mut buf = Vec::with_capacity(4096);
+                for _ in 0..per {
+                    s.write_all(req.as_bytes()).expect("send");
+                    buf.clear();
+                    read_response(&mut s, &mut buf);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("a request worker");
+    }
+}
+
+/// Reads one HTTP/1.1 response with a `content-length` body into `buf`.
+fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) {
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + len {
+                return;
+            }
+        }
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => panic!("the server closed the connection"),
+            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+        }
+    }
+}

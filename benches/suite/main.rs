@@ -13,6 +13,9 @@
 //!   call (captured with `MONITOR`, byte for byte) and of a minimal
 //!   token-bucket script, at the concurrency of the HTTP run.
 //! - Telemetry on against off; Redis bytes per identity per algorithm.
+//! - Redis on loopback and, beside it, behind an emulated network round
+//!   trip (`netem.rs`, `--net-delay-us`, one way), ratewatch's one round
+//!   trip against the naive limiter's three.
 #![allow(clippy::print_stdout)]
 
 #[path = "../../tests/support/mod.rs"]
@@ -21,6 +24,7 @@ mod support;
 mod inproc;
 mod load;
 mod memory;
+mod netem;
 mod report;
 mod serve;
 
@@ -39,6 +43,8 @@ pub struct Options {
     pub connections: u32,
     pub wrk_threads: u32,
     pub out: String,
+    /// One-way delay of the emulated network, µs.
+    pub net_delay_us: u64,
 }
 
 /// Everything one run measured.
@@ -52,6 +58,10 @@ pub struct Results {
     pub inproc: HashMap<(inproc::Who, bool, usize), Vec<f64>>,
     pub memory: Vec<memory::Footprint>,
     pub evalsha: Vec<String>,
+    /// Median `PING` round trip to Redis directly and through the delay
+    /// proxy, µs.
+    pub rtt_direct_us: f64,
+    pub rtt_net_us: f64,
     pub load_before: String,
     pub load_after: String,
     pub elapsed_s: f64,
@@ -97,10 +107,29 @@ fn main() {
             };
             inproc::Contenders::hot().count(who, false, n);
         }
+        Some("proxy") => {
+            // `proxy UPSTREAM_PORT DELAY_US`: the emulated network alone, for
+            // measuring a server behind it by hand.
+            let upstream = args[1].parse().expect("an upstream port");
+            let delay = args[2].parse().expect("a one-way delay in µs");
+            let proxy = netem::DelayProxy::start(upstream, std::time::Duration::from_micros(delay));
+            println!("{}", proxy.port);
+            loop {
+                std::thread::park();
+            }
+        }
+        Some("requests") => {
+            // `requests PORT N [CONNECTIONS]`: a fixed number of requests,
+            // for counting instructions per request (bench/instructions.sh).
+            let port = args[1].parse().expect("a port");
+            let n = args[2].parse().expect("a request count");
+            let conns = args.get(3).and_then(|c| c.parse().ok()).unwrap_or(8);
+            load::fixed_requests(port, n, conns);
+        }
         Some("run") | None => run(parse(&args)),
         Some(other) => {
             eprintln!(
-                "usage: bench run [--rounds N] [--secs S] [--out FILE] | bench serve VARIANT PORT [URL...] | bench check SECS [THREADS] [off|governor] | bench count N [off]\nunknown: {other}"
+                "usage: bench run [--rounds N] [--secs S] [--out FILE] [--net-delay-us US] | bench serve VARIANT PORT [URL...] | bench proxy UPSTREAM_PORT DELAY_US | bench requests PORT N [CONNECTIONS] | bench check SECS [THREADS] [off|governor] | bench count N [off]\nunknown: {other}"
             );
             std::process::exit(2);
         }
@@ -115,6 +144,7 @@ fn parse(args: &[String]) -> Options {
         connections: 32,
         wrk_threads: 2,
         out: "BENCHMARKS.md".into(),
+        net_delay_us: 100,
     };
     let mut it = args.iter().skip(1);
     while let Some(a) = it.next() {
@@ -125,6 +155,7 @@ fn parse(args: &[String]) -> Options {
             "--inproc-secs" => o.inproc_secs = v().parse().expect("seconds"),
             "--connections" => o.connections = v().parse().expect("connections"),
             "--out" => o.out = v(),
+            "--net-delay-us" => o.net_delay_us = v().parse().expect("microseconds"),
             other => panic!("unknown option {other}"),
         }
     }
@@ -148,6 +179,16 @@ fn run(o: Options) {
     let cluster = support::RedisCluster::start();
     let redis_urls = vec![redis.url()];
     let cluster_urls = cluster.urls();
+    // The same Redis behind an emulated network, for the `-net` variants.
+    let proxy =
+        netem::DelayProxy::start(redis.port, std::time::Duration::from_micros(o.net_delay_us));
+    let net_urls = vec![proxy.url()];
+    r.rtt_direct_us = netem::DelayProxy::ping_rtt(redis.port, 200);
+    r.rtt_net_us = netem::DelayProxy::ping_rtt(proxy.port, 200);
+    eprintln!(
+        "bench: Redis round trip {:.0} µs direct, {:.0} µs behind the {} µs delay proxy",
+        r.rtt_direct_us, r.rtt_net_us, o.net_delay_us
+    );
 
     // What ratewatch really sends for one decision, and the minimal script.
     r.evalsha = {
@@ -181,6 +222,8 @@ fn run(o: Options) {
         for v in order {
             let urls = if v.needs_cluster() {
                 &cluster_urls
+            } else if v.behind_network() {
+                &net_urls
             } else {
                 &redis_urls
             };

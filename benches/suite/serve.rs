@@ -42,10 +42,15 @@ pub enum Variant {
     /// A tutorial-style Redis limiter: INCR (+EXPIRE) per limit, three
     /// limits, one round trip each.
     Naive3,
+    /// [`Variant::Redis3`] with Redis behind an emulated network round trip
+    /// (the delay proxy of `netem.rs`).
+    Redis3Net,
+    /// [`Variant::Naive3`] behind the same emulated network.
+    Naive3Net,
 }
 
 impl Variant {
-    pub const ALL: [Variant; 10] = [
+    pub const ALL: [Variant; 12] = [
         Variant::Bare,
         Variant::HeaderFloor,
         Variant::Governor,
@@ -56,6 +61,8 @@ impl Variant {
         Variant::Redis3,
         Variant::Cluster1,
         Variant::Naive3,
+        Variant::Redis3Net,
+        Variant::Naive3Net,
     ];
 
     pub fn name(self) -> &'static str {
@@ -70,6 +77,8 @@ impl Variant {
             Variant::Redis3 => "rw-redis-3",
             Variant::Cluster1 => "rw-cluster-1",
             Variant::Naive3 => "naive-redis-3",
+            Variant::Redis3Net => "rw-redis-3-net",
+            Variant::Naive3Net => "naive-redis-3-net",
         }
     }
 
@@ -85,6 +94,8 @@ impl Variant {
             Variant::Redis3 => "ratewatch, Redis, 3-limit tier",
             Variant::Cluster1 => "ratewatch, 3-master Redis Cluster, 1 limit",
             Variant::Naive3 => "naive Redis limiter, 3 limits, 3 round trips",
+            Variant::Redis3Net => "ratewatch, Redis, 3-limit tier, emulated network",
+            Variant::Naive3Net => "naive Redis limiter, 3 limits, 3 round trips, emulated network",
         }
     }
 
@@ -93,7 +104,19 @@ impl Variant {
     }
 
     pub fn needs_redis(self) -> bool {
-        matches!(self, Variant::Redis1 | Variant::Redis3 | Variant::Naive3)
+        matches!(
+            self,
+            Variant::Redis1
+                | Variant::Redis3
+                | Variant::Naive3
+                | Variant::Redis3Net
+                | Variant::Naive3Net
+        )
+    }
+
+    /// Whether the server reaches Redis through the delay proxy.
+    pub fn behind_network(self) -> bool {
+        matches!(self, Variant::Redis3Net | Variant::Naive3Net)
     }
 
     pub fn needs_cluster(self) -> bool {
@@ -109,6 +132,7 @@ impl Variant {
                 | Variant::Memory3
                 | Variant::Redis1
                 | Variant::Redis3
+                | Variant::Redis3Net
                 | Variant::Cluster1
         )
     }
@@ -312,7 +336,7 @@ pub fn serve(variant: Variant, port: u16, urls: &[String]) {
             Variant::Redis1 => {
                 ratewatch_app(policy(1, redis_settings(StoreKind::Redis, urls)), true).await
             }
-            Variant::Redis3 => {
+            Variant::Redis3 | Variant::Redis3Net => {
                 ratewatch_app(policy(3, redis_settings(StoreKind::Redis, urls)), true).await
             }
             Variant::Cluster1 => {
@@ -322,7 +346,7 @@ pub fn serve(variant: Variant, port: u16, urls: &[String]) {
                 )
                 .await
             }
-            Variant::Naive3 => naive_app(&urls[0]).await,
+            Variant::Naive3 | Variant::Naive3Net => naive_app(&urls[0]).await,
         };
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await

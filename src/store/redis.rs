@@ -97,7 +97,10 @@ impl RedisStore {
     ) -> Result<Self, StoreError> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(settings.timeout.max(MIN_CONNECT_TIMEOUT)))
-            .set_response_timeout(Some(settings.timeout))
+            // No response timeout of the client's own: every decision
+            // runs under the store's budget (`decide`) and the probe under
+            // its own, so a second timer per call would only cost.
+            .set_response_timeout(None)
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(100));

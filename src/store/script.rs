@@ -8,10 +8,11 @@
 //! way and `'%.17g'` strings the other.
 
 use std::collections::HashMap;
+use std::io::Write as _;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
-use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, RedisError, RedisWrite as _, ServerErrorKind, Value};
 
 use super::{Batch, Item, StoreError, StoreObserver};
 use crate::algorithm::{Algorithm, Verdict, interval_us};
@@ -87,46 +88,76 @@ impl ReloadCounter {
     }
 }
 
+/// One numeric script argument, written straight into the command's
+/// buffer rather than through a `String` of its own.
+#[derive(Debug, Clone, Copy)]
+enum Param {
+    Int(u64),
+    Float(f64),
+}
+
 /// The three algorithm parameters of an item, as the Lua files expect them.
-fn params(algorithm: &Algorithm) -> [String; 3] {
+fn params(algorithm: &Algorithm) -> [Param; 3] {
+    use Param::{Float, Int};
     match *algorithm {
         Algorithm::TokenBucket {
             capacity,
             refill_per_second,
-        } => [
-            capacity.to_string(),
-            // Display prints the shortest decimal that parses back to the same f64.
-            refill_per_second.to_string(),
-            "0".into(),
-        ],
+        } => [Int(capacity), Float(refill_per_second), Int(0)],
         Algorithm::SlidingWindow { limit, window_us }
         | Algorithm::SlidingLog { limit, window_us }
-        | Algorithm::FixedWindow { limit, window_us } => {
-            [limit.to_string(), window_us.to_string(), "0".into()]
-        }
+        | Algorithm::FixedWindow { limit, window_us } => [Int(limit), Int(window_us), Int(0)],
         Algorithm::Gcra {
             rate_per_second,
             burst,
-        } => [
-            interval_us(rate_per_second).to_string(),
-            burst.to_string(),
-            "0".into(),
-        ],
+        } => [Int(interval_us(rate_per_second)), Int(burst), Int(0)],
         Algorithm::LeakyBucket {
             rate_per_second,
             capacity,
             max_delay_us,
         } => [
-            interval_us(rate_per_second).to_string(),
-            capacity.to_string(),
-            max_delay_us.to_string(),
+            Int(interval_us(rate_per_second)),
+            Int(capacity),
+            Int(max_delay_us),
         ],
     }
 }
 
+/// Appends `algorithm`'s three parameters to `cmd`.
+fn push_params(cmd: &mut Cmd, algorithm: &Algorithm) {
+    for p in params(algorithm) {
+        match p {
+            Param::Int(n) => {
+                cmd.arg(n);
+            }
+            Param::Float(x) => {
+                // Display prints the shortest decimal that parses back to
+                // the same f64. Writing into the command cannot fail.
+                let _ = write!(cmd.writer_for_next_arg(), "{x}");
+            }
+        }
+    }
+}
+
+/// A command with room for `args` arguments of about `bytes` bytes in all,
+/// so building it does not grow its buffers again and again.
+fn evalsha(args: usize, bytes: usize) -> Cmd {
+    let mut cmd = Cmd::with_capacity(args, bytes);
+    cmd.arg("EVALSHA");
+    cmd
+}
+
+/// Room for an item's key and the arguments that follow it.
+const ITEM_BYTES: usize = 64;
+
 /// `EVALSHA` of the decide script for `items` (one slot) of `batch`.
 pub(crate) fn decide_cmd(scripts: &Scripts, batch: &Batch<'_>, items: &[&Item]) -> Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
+    let bytes = 80
+        + items
+            .iter()
+            .map(|i| i.key.len() + ITEM_BYTES)
+            .sum::<usize>();
+    let mut cmd = evalsha(6 + 6 * items.len(), bytes);
     cmd.arg(scripts.decide.get_hash()).arg(items.len());
     for item in items {
         cmd.arg(&item.key);
@@ -139,8 +170,8 @@ pub(crate) fn decide_cmd(scripts: &Scripts, batch: &Batch<'_>, items: &[&Item]) 
         .arg(if batch.peek { "1" } else { "0" });
     for item in items {
         cmd.arg(item.algorithm.kind())
-            .arg(if item.shadow { "1" } else { "0" })
-            .arg(&params(&item.algorithm));
+            .arg(if item.shadow { "1" } else { "0" });
+        push_params(&mut cmd, &item.algorithm);
     }
     cmd
 }
@@ -157,16 +188,21 @@ pub(crate) fn refund_cmd(
     if written.is_empty() {
         return None;
     }
-    let mut cmd = redis::cmd("EVALSHA");
+    let bytes = 80
+        + written
+            .iter()
+            .map(|&i| items[i].key.len() + ITEM_BYTES)
+            .sum::<usize>();
+    let mut cmd = evalsha(4 + 8 * written.len(), bytes);
     cmd.arg(scripts.refund.get_hash()).arg(written.len());
     for &i in &written {
         cmd.arg(&items[i].key);
     }
     cmd.arg(cost);
     for &i in &written {
-        cmd.arg(items[i].algorithm.kind())
-            .arg(&params(&items[i].algorithm))
-            .arg(reply.window_start[i])
+        cmd.arg(items[i].algorithm.kind());
+        push_params(&mut cmd, &items[i].algorithm);
+        cmd.arg(reply.window_start[i])
             .arg(reply.members[i].len())
             .arg(&reply.members[i]);
     }
@@ -205,6 +241,17 @@ fn int(v: &Value) -> Result<u64, StoreError> {
     }
 }
 
+/// A `'%.17g'` number of the reply, read in place.
+fn number(v: &Value) -> Result<f64, StoreError> {
+    let s = match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok(),
+        Value::SimpleString(s) => Some(s.as_str()),
+        _ => None,
+    };
+    s.and_then(|s| s.parse().ok())
+        .ok_or_else(|| protocol("remaining is not a number"))
+}
+
 fn text(v: &Value) -> Result<String, StoreError> {
     match v {
         Value::BulkString(b) => String::from_utf8(b.clone()).map_err(|_| protocol("not UTF-8")),
@@ -240,9 +287,7 @@ pub(crate) fn parse_reply(value: &Value, n: usize) -> Result<GroupReply, StoreEr
         if f.len() != 8 {
             return Err(protocol("wrong number of fields"));
         }
-        let remaining: f64 = text(&f[1])?
-            .parse()
-            .map_err(|_| protocol("remaining is not a number"))?;
+        let remaining = number(&f[1])?;
         reply.verdicts.push(Verdict {
             allowed: int(&f[0])? == 1,
             remaining,
@@ -295,12 +340,27 @@ pub(crate) async fn eval<C>(
 where
     C: redis::aio::ConnectionLike + Send,
 {
-    match cmd.query_async::<Value>(conn).await {
+    match send(conn, cmd).await {
         Err(e) if is_noscript(&e) => {
             script.load_async(conn).await?;
             reloads.bump(shard);
-            cmd.query_async(conn).await
+            send(conn, cmd).await
         }
         other => other,
+    }
+}
+
+/// Sends `cmd` and turns an error reply into an error. Unlike
+/// `Cmd::query_async`, it does not rebuild the whole reply to look for
+/// errors nested in it: a decide or refund reply has none (a script error
+/// is the whole reply), and `parse_reply` rejects anything it did not
+/// expect.
+async fn send<C>(conn: &mut C, cmd: &Cmd) -> Result<Value, RedisError>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    match conn.req_packed_command(cmd).await? {
+        Value::ServerError(e) => Err(e.into()),
+        value => Ok(value),
     }
 }
