@@ -61,6 +61,7 @@ mod dashboard;
 mod error;
 pub mod identity;
 pub mod layer;
+pub mod lease;
 mod limiter;
 pub mod policy;
 pub mod resilience;
@@ -74,8 +75,8 @@ pub use error::Error;
 pub use identity::{Identity, KeyExtractor, TierResolver};
 pub use layer::{RateLimit, RateLimitLayer};
 pub use limiter::{
-    Decision, LimitReport, Limiter, LimiterBuilder, PolicySnapshot, PolicyStatus, PolicyVersion,
-    ReloadAttempt, ReloadError, ReloadOutcome, RouteMatch, Source,
+    Decision, DecisionPath, LimitReport, Limiter, LimiterBuilder, PolicySnapshot, PolicyStatus,
+    PolicyVersion, ReloadAttempt, ReloadError, ReloadOutcome, RouteMatch, Source,
 };
 pub use policy::{Limit, Policy, RouteRule, Tier};
 pub use resilience::BreakerState;

@@ -312,7 +312,7 @@ fn unknown_key_in_a_limit_lists_what_that_algorithm_takes() {
     );
     assert_says(
         &msg,
-        &["name, algorithm, shadow, scope, capacity, refill_per_second"],
+        &["name, algorithm, shadow, scope, mode, capacity, refill_per_second"],
     );
 }
 
@@ -329,7 +329,7 @@ fn unknown_key_in_a_route_lists_the_route_keys() {
     );
     assert_says(
         &msg,
-        &["method, path, cost, on_store_failure, exempt, limits"],
+        &["method, path, cost, on_store_failure, exempt, mode, limits"],
     );
 }
 

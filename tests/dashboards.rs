@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The metrics ratewatch exports (DESIGN.md, "Telemetry").
-const METRICS: [&str; 14] = [
+const METRICS: [&str; 19] = [
     "ratewatch_decisions_total",
     "ratewatch_limit_exceeded_total",
     "ratewatch_fallbacks_total",
@@ -28,9 +28,17 @@ const METRICS: [&str; 14] = [
     "ratewatch_config_last_reload_successful",
     "ratewatch_config_restart_required",
     "ratewatch_policy_info",
+    "ratewatch_lease_keys",
+    "ratewatch_lease_tokens_total",
+    "ratewatch_lease_transitions_total",
+    "ratewatch_lease_renew_seconds",
+    "ratewatch_lease_decisions_total",
 ];
 
-const HISTOGRAM: &str = "ratewatch_redis_rtt_seconds";
+const HISTOGRAMS: [&str; 2] = [
+    "ratewatch_redis_rtt_seconds",
+    "ratewatch_lease_renew_seconds",
+];
 
 const DATASOURCE_UID: &str = "${datasource}";
 
@@ -292,16 +300,17 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
 /// Whether `name` is one of ratewatch's series (histogram series included).
 fn is_ratewatch_series(name: &str) -> bool {
     METRICS.contains(&name)
-        || ["_bucket", "_sum", "_count"]
-            .iter()
-            .any(|suffix| name.strip_suffix(suffix) == Some(HISTOGRAM))
+        || ["_bucket", "_sum", "_count"].iter().any(|suffix| {
+            name.strip_suffix(suffix)
+                .is_some_and(|base| HISTOGRAMS.contains(&base))
+        })
 }
 
 /// The metric a series name belongs to (`_bucket` and friends folded).
 fn base_metric(name: &str) -> &str {
     ["_bucket", "_sum", "_count"]
         .iter()
-        .find_map(|s| name.strip_suffix(s).filter(|b| *b == HISTOGRAM))
+        .find_map(|s| name.strip_suffix(s).filter(|b| HISTOGRAMS.contains(b)))
         .unwrap_or(name)
 }
 
@@ -842,6 +851,66 @@ fn exposition(t: f64) -> String {
             (r#"version="2026-11-30.2",hash="ba9876543210""#, 0.0),
         ],
     );
+    family(
+        &mut s,
+        "ratewatch_lease_keys",
+        "gauge",
+        "Keys in lease mode.",
+        &[("", 2.0)],
+    );
+    family(
+        &mut s,
+        "ratewatch_lease_tokens_total",
+        "counter",
+        "Lease units by event.",
+        &[
+            (r#"event="granted""#, 400.0 * t),
+            (r#"event="spent""#, 390.0 * t),
+            (r#"event="returned""#, 8.0 * t),
+            (r#"event="expired""#, 2.0 * t),
+        ],
+    );
+    family(
+        &mut s,
+        "ratewatch_lease_transitions_total",
+        "counter",
+        "Lease mode transitions.",
+        &[
+            (r#"to="leased",reason="hot""#, (t / 10.0).floor()),
+            (r#"to="exact",reason="tail""#, (t / 20.0).floor()),
+        ],
+    );
+    family(
+        &mut s,
+        "ratewatch_lease_decisions_total",
+        "counter",
+        "Lease-mode decisions by path.",
+        &[
+            (r#"path="local""#, 390.0 * t),
+            (r#"path="store""#, 40.0 * t),
+        ],
+    );
+    s.push_str("# HELP ratewatch_lease_renew_seconds Time to take a lease.\n");
+    s.push_str("# TYPE ratewatch_lease_renew_seconds histogram\n");
+    for (le, share) in [
+        ("0.0005", 0.5),
+        ("0.001", 0.9),
+        ("0.0025", 0.99),
+        ("+Inf", 1.0),
+    ] {
+        s.push_str(&format!(
+            "ratewatch_lease_renew_seconds_bucket{{le=\"{le}\"}} {}\n",
+            (share * 40.0 * t).floor()
+        ));
+    }
+    s.push_str(&format!(
+        "ratewatch_lease_renew_seconds_sum {}\n",
+        0.0006 * 40.0 * t
+    ));
+    s.push_str(&format!(
+        "ratewatch_lease_renew_seconds_count {}\n",
+        (40.0 * t).floor()
+    ));
     s
 }
 

@@ -12,6 +12,9 @@
 //! - The Redis ceiling: `redis-benchmark` EVALSHA of ratewatch's own decide
 //!   call (captured with `MONITOR`, byte for byte) and of a minimal
 //!   token-bucket script, at the concurrency of the HTTP run.
+//! - One hot key in lease mode (`Limiter::check`, 2 threads) against that
+//!   ceiling, with the decide calls it cost (`cargo bench --bench suite --
+//!   lease 5` runs it alone).
 //! - Telemetry on against off; Redis bytes per identity per algorithm.
 //! - Redis on loopback and, beside it, behind an emulated network round
 //!   trip (`netem.rs`, `--net-delay-us`, one way), ratewatch's one round
@@ -22,6 +25,7 @@
 mod support;
 
 mod inproc;
+mod lease;
 mod load;
 mod memory;
 mod netem;
@@ -55,6 +59,8 @@ pub struct Results {
     pub http_usec: HashMap<&'static str, Vec<f64>>,
     pub ceiling_rw: Vec<CeilingRun>,
     pub ceiling_min: Vec<CeilingRun>,
+    /// One hot key in lease mode, in process, per round.
+    pub lease: Vec<lease::LeaseRun>,
     pub inproc: HashMap<(inproc::Who, bool, usize), Vec<f64>>,
     pub memory: Vec<memory::Footprint>,
     pub evalsha: Vec<String>,
@@ -106,6 +112,16 @@ fn main() {
                 inproc::Who::Ratewatch
             };
             inproc::Contenders::hot().count(who, false, n);
+        }
+        Some("lease") => {
+            // `lease SECS`: only the leased hot key against a fresh Redis.
+            let secs = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(5.0);
+            let redis = support::RedisServer::start();
+            let l = lease::measure(&redis.url(), redis.port, 2, secs);
+            println!(
+                "{:.0} decisions/s, {} decisions, {} Redis commands",
+                l.ops, l.decisions, l.commands
+            );
         }
         Some("proxy") => {
             // `proxy UPSTREAM_PORT DELAY_US`: the emulated network alone, for
@@ -285,6 +301,15 @@ fn run(o: Options) {
                 r.ceiling_min.push(c)
             }
         }
+        // Right after the ceiling, on the same Redis.
+        let l = lease::measure(&redis.url(), redis.port, 2, o.secs as f64);
+        eprintln!(
+            "bench: round {} lease, one hot key       {:>9.0} decisions/s {:.0} decisions per Redis command",
+            round + 1,
+            l.ops,
+            l.per_command()
+        );
+        r.lease.push(l);
     }
 
     eprintln!(

@@ -175,6 +175,23 @@ pub fn render(o: &Options, r: &Results) -> String {
         g,
         ok,
     );
+    let leased: Vec<f64> = r.lease.iter().map(|l| l.ops).collect();
+    let g = Ratio::of(&leased, &rw_ceiling);
+    let ok = g.value >= 5.0;
+    goal(
+        "one hot key in lease mode ≥ 5 × the redis-benchmark EVALSHA ceiling (`Limiter::check`, 2 threads)",
+        g,
+        ok,
+    );
+    let per: Vec<f64> = r.lease.iter().map(|l| l.per_command()).collect();
+    let ones = vec![1.0; per.len()];
+    let g = Ratio::of(&per, &ones);
+    let ok = g.value >= 20.0;
+    goal(
+        "the same key: decisions per Redis command ≥ 20 (INFO commandstats)",
+        g,
+        ok,
+    );
     for f in &r.memory {
         if let Some(limit) = f.goal {
             let _ = writeln!(

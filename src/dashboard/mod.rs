@@ -77,6 +77,7 @@ fn router<S: Clone + Send + Sync + 'static>(limiter: Limiter) -> Router<S> {
         .route("/api/stats", get(stats))
         .route("/api/policy", get(policy))
         .route("/api/breakers", get(breakers))
+        .route("/api/leases", get(leases))
         .layer(middleware::from_fn_with_state(guard, auth::guard))
         .with_state(limiter)
 }
@@ -144,6 +145,12 @@ async fn policy(State(limiter): State<Limiter>) -> Json<PolicyResponse> {
         view: PolicyView::of(&limiter.policy()),
         live: limiter.policy_status(),
     })
+}
+
+/// `/api/leases`: the keys this instance serves from leases, hottest
+/// first (identities in their display form, masked by default).
+async fn leases(State(limiter): State<Limiter>) -> Json<Vec<crate::lease::HotKey>> {
+    Json(limiter.hot_keys())
 }
 
 /// This instance's breakers: every configured shard (closed until first

@@ -33,6 +33,8 @@ pub struct DashboardPage {
     policy_status: crate::PolicyStatus,
     /// The latest reload's error, while the latest reload failed.
     policy_error: Option<String>,
+    /// Keys this instance serves from leases, hottest first.
+    leases: Vec<crate::lease::HotKey>,
 }
 
 struct RangeLink {
@@ -172,11 +174,38 @@ impl DashboardPage {
             banner,
             policy_status,
             policy_error,
+            leases: limiter.hot_keys(),
         }
     }
 
     fn pct(share: &f64) -> String {
         format!("{:.1} %", share * 100.0)
+    }
+
+    fn rate(r: &f64) -> String {
+        format!("{r:.1}")
+    }
+
+    /// Whether this instance serves `identity` from a lease.
+    fn leased(&self, identity: &str) -> bool {
+        self.leases.iter().any(|k| k.identity == identity)
+    }
+
+    /// The "served" cell of a hot key: `lease` or `store`.
+    fn served(&self, identity: &str) -> &'static str {
+        if self.leased(identity) {
+            "lease"
+        } else {
+            "store"
+        }
+    }
+
+    fn served_class(&self, identity: &str) -> &'static str {
+        if self.leased(identity) {
+            "lease ok"
+        } else {
+            "muted"
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::Limiter;
 use crate::resilience::Change;
-use crate::store::{Batch, StoreDecision, StoreError};
+use crate::store::{Batch, Charge, StoreDecision, StoreError};
 use crate::telemetry::FallbackReason;
 
 /// Why the store gave no decision.
@@ -35,10 +35,11 @@ fn reason_of(e: &StoreError) -> FallbackReason {
 
 impl Limiter {
     /// Whether decisions may be taken synchronously: the store has no
-    /// breakers (it cannot fail over the network), so it is asked
+    /// breakers (it cannot fail over the network) and no leases (taking
+    /// one waits on the store), so it is asked
     /// [`crate::store::Store::decide_sync`] first.
     pub(super) fn may_decide_now(&self) -> bool {
-        self.inner.breakers.is_none()
+        self.inner.breakers.is_none() && !self.inner.store.leases()
     }
 
     /// The one place that picks the store path. `Some` when the store
@@ -69,11 +70,29 @@ impl Limiter {
     /// how long until an open breaker lets a probe go, and the shard to
     /// blame.
     pub(super) async fn ask_store(&self, batch: &Batch<'_>, budget: Duration) -> Answer {
+        self.ask_store_for(batch, budget, false)
+            .await
+            .map(|(d, _)| d)
+    }
+
+    /// [`Limiter::ask_store`], keeping what an admitted decision charged
+    /// when `charged` (a lease take).
+    pub(super) async fn ask_store_for(
+        &self,
+        batch: &Batch<'_>,
+        budget: Duration,
+        charged: bool,
+    ) -> Result<(StoreDecision, Option<Charge>), StoreFailure> {
         let inner = &*self.inner;
         let Some(breakers) = &inner.breakers else {
             // A store without breakers that could not decide synchronously:
             // no shard to gather, no timer (it never waits on a network).
-            return inner.store.decide(batch).await.map_err(|e| {
+            let answer = if charged {
+                inner.store.decide_charged(batch).await
+            } else {
+                inner.store.decide(batch).await.map(|d| (d, None))
+            };
+            return answer.map_err(|e| {
                 tracing::debug!(error = %e, "store could not decide");
                 StoreFailure {
                     reason: reason_of(&e),
@@ -110,7 +129,14 @@ impl Limiter {
                 }
             }
         }
-        let result = match tokio::time::timeout(budget, inner.store.decide(batch)).await {
+        let decide = async {
+            if charged {
+                inner.store.decide_charged(batch).await
+            } else {
+                inner.store.decide(batch).await.map(|d| (d, None))
+            }
+        };
+        let result = match tokio::time::timeout(budget, decide).await {
             Ok(Ok(d)) => Ok(d),
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "store could not decide");

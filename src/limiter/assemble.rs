@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::compiled::CompiledLimit;
-use super::{Decision, LimitReport, Source};
+use super::{Decision, DecisionPath, LimitReport, Source};
 use crate::algorithm::Verdict;
 use crate::store::{Item, StoreDecision};
 use crate::telemetry::Outcome;
@@ -59,6 +59,7 @@ pub(super) fn build(
         outcome,
         store_rtt: d.rtt,
         decided_at: d.now,
+        path: DecisionPath::Store,
     }
 }
 

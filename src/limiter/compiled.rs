@@ -29,6 +29,9 @@ pub(crate) struct CompiledLimit {
     pub algorithm: Algorithm,
     /// The local fallback's share: 1 / expected_instances of it.
     pub local: Algorithm,
+    /// The mode it asks for (its scope's default if unset; `None`: it
+    /// follows the request's other limits).
+    pub mode: Option<crate::policy::LeaseMode>,
 }
 
 impl CompiledLimit {
@@ -45,6 +48,7 @@ impl CompiledLimit {
             shadow: limit.shadow,
             algorithm,
             local,
+            mode: limit.effective_mode(),
         }
     }
 }

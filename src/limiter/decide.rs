@@ -1,17 +1,17 @@
-//! One request's decision under one policy generation: tier, keys, the
-//! store (synchronously when it can, see `ask.rs`), the failure policy
-//! when it cannot, then the event.
+//! One request's decision under one policy generation: tier, keys, a
+//! lease or the store (synchronously when it can, see `ask.rs`), the
+//! failure policy when it cannot, then the event.
 
 use std::time::Duration;
 
-use super::ask::Answer;
+use super::ask::{Answer, StoreFailure};
 use super::assemble::build;
-use super::compiled::{CompiledTier, Limits};
+use super::compiled::{CompiledLimit, CompiledTier, Limits};
 use super::live::Live;
-use super::{Decision, Limiter, Source};
+use super::{Decision, DecisionPath, Limiter, Source};
 use crate::identity::Identity;
 use crate::policy::FailurePolicy;
-use crate::store::{Batch, Item};
+use crate::store::{Batch, Item, StoreDecision};
 use crate::telemetry::Outcome;
 
 /// A request's limits, keyed and ready for the store.
@@ -21,6 +21,7 @@ pub(super) struct Prepared<'a> {
     limits: Limits<'a>,
     cost: u64,
     route: Option<usize>,
+    failure: FailurePolicy,
     peek: bool,
 }
 
@@ -48,17 +49,37 @@ impl Limiter {
         let Some(p) = self.prepare(live, identity, tier, route, peek) else {
             return self.unlimited();
         };
-        let batch = p.batch();
-        let answer = match self.decide_now(&batch) {
-            Some(answer) => answer,
-            None => self.ask_store(&batch, live.policy.store.timeout).await,
+        let leased = if peek {
+            None
+        } else {
+            self.decide_leased(
+                live, p.tier, route, identity, &p.items, &p.limits, p.cost, p.failure,
+            )
+            .await
         };
-        self.finish(live, &p, answer, identity)
+        let decision = match leased {
+            Some(d) => d,
+            None => {
+                self.decide_exact(
+                    live,
+                    p.tier,
+                    route,
+                    identity,
+                    &p.batch(),
+                    p.failure,
+                    &p.limits,
+                    false,
+                )
+                .await
+                .0
+            }
+        };
+        self.recorded(live, &p, decision, identity)
     }
 
     /// [`Limiter::run`] without waiting: `None` when the store can only
-    /// answer asynchronously (Redis), `Some` from a store that decides in
-    /// process.
+    /// answer asynchronously (Redis, or a store with leases), `Some` from a
+    /// store that decides in process.
     pub(super) fn run_now(
         &self,
         live: &Live,
@@ -73,8 +94,12 @@ impl Limiter {
         let Some(p) = self.prepare(live, identity, tier, route, peek) else {
             return Some(self.unlimited());
         };
-        let answer = self.decide_now(&p.batch())?;
-        Some(self.finish(live, &p, answer, identity))
+        let batch = p.batch();
+        let answer = self.decide_now(&batch)?;
+        let (decision, _) = self.answered(
+            live, p.tier, route, identity, &batch, p.failure, &p.limits, answer, false,
+        );
+        Some(self.recorded(live, &p, decision, identity))
     }
 
     /// The tier and keyed limits of a request; `None` when the policy has
@@ -92,8 +117,7 @@ impl Limiter {
             .tiers
             .get(tier)
             .or_else(|| c.tiers.get(&live.policy.identity.default_tier))
-            .or_else(|| c.tiers.values().next());
-        let tier = tier?;
+            .or_else(|| c.tiers.values().next())?;
         let (items, limits) = c.items(tier, route, identity, false);
         Some(Prepared {
             tier,
@@ -101,6 +125,7 @@ impl Limiter {
             limits,
             cost: route.map_or(1, |i| c.routes[i].rule.cost),
             route,
+            failure: route.map_or(c.default_failure, |i| c.routes[i].failure),
             peek,
         })
     }
@@ -119,50 +144,99 @@ impl Limiter {
             outcome: Outcome::Allowed,
             store_rtt: None,
             decided_at: self.inner.clock.now_us(),
+            path: DecisionPath::Store,
         }
     }
 
-    /// The decision from the store's answer (or the failure policy's),
-    /// recorded unless it was a peek.
-    fn finish(
+    /// One store decision of `batch`, or the failure policy's answer when
+    /// the store gave none; with the store's own answer if `keep` and it
+    /// gave one. The store path is picked in `ask.rs`: here and now for a
+    /// store that never waits, else through the breakers.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn decide_exact(
         &self,
         live: &Live,
-        p: &Prepared<'_>,
-        answer: Answer,
+        tier: &CompiledTier,
+        route: Option<usize>,
         identity: &Identity,
-    ) -> Decision {
-        let c = &live.compiled;
-        let failure = p.route.map_or(c.default_failure, |i| c.routes[i].failure);
-        let decision = match answer {
+        batch: &Batch<'_>,
+        failure: FailurePolicy,
+        limits: &[&CompiledLimit],
+        keep: bool,
+    ) -> (Decision, Option<StoreDecision>) {
+        let answer = match self.decide_now(batch) {
+            Some(answer) => answer,
+            None => self.ask_store(batch, live.policy.store.timeout).await,
+        };
+        self.answered(
+            live, tier, route, identity, batch, failure, limits, answer, keep,
+        )
+    }
+
+    /// The decision from the store's answer, or the failure policy's.
+    #[allow(clippy::too_many_arguments)]
+    fn answered(
+        &self,
+        live: &Live,
+        tier: &CompiledTier,
+        route: Option<usize>,
+        identity: &Identity,
+        batch: &Batch<'_>,
+        failure: FailurePolicy,
+        limits: &[&CompiledLimit],
+        answer: Answer,
+        keep: bool,
+    ) -> (Decision, Option<StoreDecision>) {
+        match answer {
             Ok(d) => {
                 let source = Source::Store {
                     shard: d.shard.clone(),
                 };
-                build(p.tier.name.clone(), &p.limits, d, source, None)
+                let kept = keep.then(|| d.clone());
+                (build(tier.name.clone(), limits, d, source, None), kept)
             }
-            Err(f) => {
-                let shard = f.shard.unwrap_or_else(|| "memory".into());
-                let mut d = self.fallback(
-                    live,
-                    p.tier,
-                    p.route,
-                    identity,
-                    &p.batch(),
-                    shard,
-                    f.reason,
-                    failure,
-                    &p.limits,
-                );
-                // Failing closed behind an open breaker: retry once it lets a
-                // probe through.
-                if let (Some(wait), Some(retry), FailurePolicy::Closed) =
-                    (f.breaker_wait, d.retry_after.as_mut(), failure)
-                {
-                    *retry = wait.max(Duration::from_secs(1));
-                }
-                d
-            }
-        };
+            Err(f) => (
+                self.failed_over(live, tier, route, identity, batch, failure, limits, f),
+                None,
+            ),
+        }
+    }
+
+    /// The failure policy's answer for `batch` after the store failed `f`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn failed_over(
+        &self,
+        live: &Live,
+        tier: &CompiledTier,
+        route: Option<usize>,
+        identity: &Identity,
+        batch: &Batch<'_>,
+        failure: FailurePolicy,
+        limits: &[&CompiledLimit],
+        f: StoreFailure,
+    ) -> Decision {
+        let shard = f.shard.unwrap_or_else(|| "memory".into());
+        let mut d = self.fallback(
+            live, tier, route, identity, batch, shard, f.reason, failure, limits,
+        );
+        // Failing closed behind an open breaker: retry once it lets a
+        // probe through.
+        if let (Some(wait), Some(retry), FailurePolicy::Closed) =
+            (f.breaker_wait, d.retry_after.as_mut(), failure)
+        {
+            *retry = wait.max(Duration::from_secs(1));
+        }
+        d
+    }
+
+    /// `decision`, recorded unless it was a peek.
+    fn recorded(
+        &self,
+        live: &Live,
+        p: &Prepared<'_>,
+        decision: Decision,
+        identity: &Identity,
+    ) -> Decision {
         if !p.peek {
             self.record(live, &decision, p.route, identity, p.cost);
         }

@@ -34,6 +34,27 @@ impl Source {
     }
 }
 
+/// Where a decision was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DecisionPath {
+    /// A store call (or the failure policy, when it failed).
+    #[default]
+    Store,
+    /// In process, with no I/O: spent from a pre-paid lease, or a refusal
+    /// remembered until its retry time.
+    Local,
+}
+
+impl DecisionPath {
+    /// The `path` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionPath::Store => "store",
+            DecisionPath::Local => "local",
+        }
+    }
+}
+
 /// One limit's state after a decision.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LimitReport {
@@ -76,6 +97,8 @@ pub struct Decision {
     pub store_rtt: Option<Duration>,
     /// The time the decision was made at (Redis `TIME` for Redis stores).
     pub decided_at: crate::clock::Micros,
+    /// Local (from a lease) or from the store.
+    pub path: DecisionPath,
 }
 
 impl Decision {

@@ -19,7 +19,7 @@ use parking_lot::RwLock;
 use super::assemble::build;
 use super::compiled::{CompiledLimit, CompiledTier};
 use super::live::Live;
-use super::{Decision, LimitReport, Limiter, Source};
+use super::{Decision, DecisionPath, LimitReport, Limiter, Source};
 use crate::clock::Clock;
 use crate::identity::Identity;
 use crate::policy::FailurePolicy;
@@ -84,6 +84,7 @@ impl Limiter {
                     },
                     store_rtt: None,
                     decided_at: self.inner.clock.now_us(),
+                    path: DecisionPath::Store,
                 }
             }
             FailurePolicy::Local => {

@@ -24,6 +24,7 @@ mod decide;
 mod decision;
 mod fallback;
 mod identify;
+mod leased;
 mod live;
 mod metrics_handler;
 mod record;
@@ -34,12 +35,13 @@ mod store_metrics;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use decision::{Decision, LimitReport, Source};
+pub use decision::{Decision, DecisionPath, LimitReport, Source};
 pub use live::{PolicyVersion, RouteMatch};
 pub use reload::{PolicyStatus, ReloadAttempt, ReloadError, ReloadOutcome};
 pub use snapshot::PolicySnapshot;
 
 use arc_swap::ArcSwap;
+use assemble::build;
 use fallback::LocalFallback;
 use live::{Live, Plugins};
 use store_metrics::StoreMetrics;
@@ -73,6 +75,8 @@ struct Inner {
     clock: Arc<dyn Clock>,
     /// One breaker per shard; none for the memory store, which cannot fail.
     breakers: Option<ShardBreakers>,
+    /// Hot keys' pre-paid leases (unused unless the store supports them).
+    leases: leased::LeaseState,
 }
 
 impl std::fmt::Debug for Limiter {
@@ -170,6 +174,7 @@ impl LimiterBuilder {
                 local: LocalFallback::new(self.clock.clone(), max_entries, observer),
                 store,
                 telemetry,
+                leases: leased::LeaseState::new(self.clock.now_us()),
                 clock: self.clock,
                 breakers,
             }),
@@ -278,8 +283,10 @@ impl Limiter {
 }
 
 impl Limiter {
-    /// Flushes telemetry and stops background work; call before exit.
+    /// Gives unspent leases back, flushes telemetry and stops background
+    /// work; call before exit.
     pub async fn shutdown(&self) {
+        self.return_leases().await;
         self.inner.telemetry.shutdown().await;
     }
 }

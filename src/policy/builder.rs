@@ -4,8 +4,8 @@
 use std::collections::HashSet;
 
 use super::{
-    ConfigError, DashboardSettings, IdentitySettings, Limit, Policy, ResilienceSettings, RouteRule,
-    Scope, StoreSettings, TelemetrySettings, Tier, shares,
+    ConfigError, DashboardSettings, IdentitySettings, LeaseMode, LeaseSettings, Limit, Policy,
+    ResilienceSettings, RouteRule, Scope, StoreSettings, TelemetrySettings, Tier, shares,
 };
 
 /// Builds a [`Policy`]; [`PolicyBuilder::build`] validates it.
@@ -16,6 +16,7 @@ pub struct PolicyBuilder {
     identity: IdentitySettings,
     telemetry: TelemetrySettings,
     dashboard: DashboardSettings,
+    leases: LeaseSettings,
     tiers: Vec<Tier>,
     routes: Vec<RouteRule>,
     partition: Option<f64>,
@@ -65,6 +66,12 @@ impl PolicyBuilder {
         self
     }
 
+    /// Sets the lease settings.
+    pub fn leases(mut self, leases: LeaseSettings) -> Self {
+        self.leases = leases;
+        self
+    }
+
     /// Enforces only `fraction` of every quota (0 < fraction <= 1).
     pub fn partition(mut self, fraction: f64) -> Self {
         self.partition = Some(fraction);
@@ -88,6 +95,7 @@ impl PolicyBuilder {
             identity: self.identity,
             telemetry: self.telemetry,
             dashboard: self.dashboard,
+            leases: self.leases,
             tiers: self.tiers,
             routes: self.routes,
             partition,
@@ -227,6 +235,9 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
             "telemetry.flush_interval_ms".into(),
             "must be at least 10".into(),
         ));
+    }
+    if let Some((field, message)) = p.leases.check() {
+        return Err((field.into(), message));
     }
     let mut names = HashSet::new();
     for (ti, tier) in p.tiers.iter().enumerate() {
@@ -387,6 +398,18 @@ fn check_limits(limits: &[Limit], at: &str, cost: u64) -> Result<(), (String, St
                 .map_or_else(|| at.clone(), |f| format!("{at}.{f}"));
             (field, m)
         })?;
+        if limit.mode.is_some_and(|m| m != LeaseMode::Exact) && !leasable(&limit.algorithm) {
+            return Err((
+                format!("{at}.mode"),
+                format!(
+                    "is \"{}\", but a {} limit can only be \"exact\": leases need an \
+                     algorithm whose unspent units can be given back (token_bucket, \
+                     fixed_window, sliding_window, gcra)",
+                    limit.mode.unwrap_or_default().as_str(),
+                    limit.algorithm.kind()
+                ),
+            ));
+        }
         if cost > limit.algorithm.max_cost() && !limit.shadow {
             return Err((
                 format!("{at}.{}", shares::quota_field(&limit.algorithm)),
@@ -398,6 +421,17 @@ fn check_limits(limits: &[Limit], at: &str, cost: u64) -> Result<(), (String, St
         }
     }
     Ok(())
+}
+
+/// Whether a lease of `n` units of `algorithm` can be charged at once and
+/// its unspent part given back: not a sliding log (one member per unit) nor
+/// a leaky bucket (a lease would be a queue position, not a quota).
+pub(crate) fn leasable(algorithm: &crate::algorithm::Algorithm) -> bool {
+    use crate::algorithm::Algorithm as A;
+    matches!(
+        algorithm,
+        A::TokenBucket { .. } | A::FixedWindow { .. } | A::SlidingWindow { .. } | A::Gcra { .. }
+    )
 }
 
 fn label_char(c: char) -> bool {

@@ -13,7 +13,7 @@ mod sections;
 use reader::{Source, Table};
 
 /// Top-level keys of a policy file.
-const TOP_LEVEL: [&str; 9] = [
+const TOP_LEVEL: [&str; 10] = [
     "version",
     "partition",
     "store",
@@ -21,6 +21,7 @@ const TOP_LEVEL: [&str; 9] = [
     "identity",
     "telemetry",
     "dashboard",
+    "leases",
     "tiers",
     "routes",
 ];
@@ -121,7 +122,8 @@ impl Policy {
             .resilience(sections::resilience(root.table("resilience")?)?)
             .identity(sections::identity(root.table("identity")?)?)
             .telemetry(sections::telemetry(root.table("telemetry")?)?)
-            .dashboard(sections::dashboard(root.table("dashboard")?)?);
+            .dashboard(sections::dashboard(root.table("dashboard")?)?)
+            .leases(sections::leases(root.table("leases")?)?);
         if let Some(version) = root.str("version")? {
             builder = builder.version(version);
         }

@@ -59,6 +59,11 @@ pub struct Limit {
     pub shadow: bool,
     /// What the counter is keyed by.
     pub scope: Scope,
+    /// How requests are decided; `None` takes the default: `auto` for
+    /// `scope = "route"` (a route-wide ceiling is hot by definition),
+    /// otherwise whatever the request's other limits ask for (`exact` if
+    /// none asks).
+    pub mode: Option<crate::policy::LeaseMode>,
 }
 
 impl Limit {
@@ -69,6 +74,7 @@ impl Limit {
             algorithm,
             shadow: false,
             scope: Scope::Identity,
+            mode: None,
         }
     }
 
@@ -176,6 +182,24 @@ impl Limit {
     pub fn shadow(mut self) -> Self {
         self.shadow = true;
         self
+    }
+
+    /// Decides the limit in `mode` instead of its scope's default.
+    pub fn with_mode(mut self, mode: crate::policy::LeaseMode) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+
+    /// The mode this limit asks for: the one set, else `auto` for
+    /// `scope = "route"` (a route-wide ceiling is hot by definition), else
+    /// none (it follows the request's other limits; see
+    /// [`LeaseMode::of_request`](crate::policy::LeaseMode::of_request)).
+    pub fn effective_mode(&self) -> Option<crate::policy::LeaseMode> {
+        use crate::policy::LeaseMode;
+        self.mode.or(match self.scope {
+            Scope::Route => Some(LeaseMode::Auto),
+            _ => None,
+        })
     }
 
     /// Keys the limit by `scope` instead of the identity.

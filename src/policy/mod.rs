@@ -17,6 +17,7 @@
 mod builder;
 mod config;
 mod env;
+mod lease;
 mod limit;
 mod route;
 mod settings;
@@ -24,8 +25,10 @@ pub mod shares;
 mod tier;
 
 pub use builder::PolicyBuilder;
+pub(crate) use builder::leasable;
 pub use config::{ConfigError, parse_duration};
 pub use env::{CONFIG_VAR, REDIS_URL_VAR};
+pub use lease::{LeaseMode, LeaseSettings};
 pub use limit::{Limit, Scope};
 pub use route::{RouteRule, path_matches};
 pub use settings::{
@@ -49,6 +52,8 @@ pub struct Policy {
     pub telemetry: TelemetrySettings,
     /// The built-in dashboard.
     pub dashboard: DashboardSettings,
+    /// When hot keys are decided from pre-paid local leases.
+    pub leases: LeaseSettings,
     /// Tiers, in the order prefixes are tried.
     pub tiers: Vec<Tier>,
     /// Route rules, first match wins.

@@ -33,6 +33,9 @@ pub struct RouteRule {
     pub on_store_failure: Option<FailurePolicy>,
     /// Requests on this route are never limited (like `/health`).
     pub exempt: bool,
+    /// How this route's requests are decided, for all their limits; `None`
+    /// lets the limits say (see [`crate::policy::LeaseMode::of_request`]).
+    pub mode: Option<crate::policy::LeaseMode>,
 }
 
 impl RouteRule {
@@ -46,6 +49,7 @@ impl RouteRule {
             limits: Vec::new(),
             on_store_failure: None,
             exempt: false,
+            mode: None,
         }
     }
 
@@ -64,6 +68,12 @@ impl RouteRule {
     /// Sets the failure policy of this route.
     pub fn on_store_failure(mut self, policy: FailurePolicy) -> Self {
         self.on_store_failure = Some(policy);
+        self
+    }
+
+    /// Decides this route's requests in `mode`, whatever their limits say.
+    pub fn with_mode(mut self, mode: crate::policy::LeaseMode) -> Self {
+        self.mode = Some(mode);
         self
     }
 

@@ -30,7 +30,7 @@ use redis::cluster_async::ClusterConnection;
 
 use super::keys::hash_tag;
 use super::script::{self, GroupReply, ReloadCounter, Scripts};
-use super::{Batch, Item, Store, StoreDecision, StoreError, uncharge};
+use super::{Batch, Charge, Item, Store, StoreDecision, StoreError, uncharge};
 use crate::policy::StoreSettings;
 
 /// Slots of a Redis Cluster.
@@ -299,6 +299,16 @@ impl ClusterStore {
     }
 
     async fn run(&self, batch: &Batch<'_>) -> Result<StoreDecision, StoreError> {
+        self.run_charged(batch, false).await.map(|(d, _)| d)
+    }
+
+    /// Decides `batch`; with `keep`, returns what an admitted decision
+    /// charged in each slot, for [`Store::give_back`].
+    async fn run_charged(
+        &self,
+        batch: &Batch<'_>,
+        keep: bool,
+    ) -> Result<(StoreDecision, Option<Charge>), StoreError> {
         // Items grouped by slot, in order of first appearance.
         let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
         for (i, item) in batch.items.iter().enumerate() {
@@ -336,6 +346,13 @@ impl ClusterStore {
                 }
             }
         }
+        let kept: Option<ClusterCharge> = (keep && allowed && !batch.peek).then(|| {
+            groups
+                .iter()
+                .zip(&replies)
+                .filter_map(|((_, idx), r)| r.as_ref().ok().map(|r| (idx.clone(), r.clone())))
+                .collect()
+        });
         let mut verdicts = vec![None; batch.items.len()];
         let mut now = None;
         for ((_, idx), reply) in groups.iter().zip(replies) {
@@ -356,15 +373,44 @@ impl ClusterStore {
             .items
             .first()
             .map_or_else(|| self.seed.clone(), |i| self.shard_for(&i.key));
-        Ok(StoreDecision {
+        let decision = StoreDecision {
             allowed,
             verdicts,
             shard,
             now: now.unwrap_or_else(|| crate::clock::Clock::now_us(&crate::clock::SystemClock)),
             rtt: Some(rtt),
-        })
+        };
+        Ok((decision, kept.map(Charge::new)))
+    }
+
+    /// Gives `units` of `charge` back, slot by slot.
+    async fn give_back_units(
+        &self,
+        items: &[Item],
+        charge: &Charge,
+        units: u64,
+    ) -> Result<(), StoreError> {
+        let Some(groups) = charge.inner.downcast_ref::<ClusterCharge>() else {
+            return Err(StoreError::Protocol("a charge from another store".into()));
+        };
+        let refunds = groups.iter().map(|(idx, reply)| async move {
+            let group: Vec<&Item> = idx.iter().filter_map(|&i| items.get(i)).collect();
+            if group.len() != idx.len() {
+                return Err(StoreError::Protocol("a charge for other limits".into()));
+            }
+            self.refund(&group, reply, units).await
+        });
+        tokio::time::timeout(self.timeout, join_all(refunds))
+            .await
+            .map_err(|_| StoreError::Timeout)?
+            .into_iter()
+            .collect()
     }
 }
+
+/// What an admitted decision charged: per slot, the items' indices and the
+/// script's reply.
+type ClusterCharge = Vec<(Vec<usize>, GroupReply)>;
 
 /// Whether `e` says the command never ran: the connection was refused or
 /// not there, the client found it already closed when it came to write
@@ -423,6 +469,28 @@ impl Store for ClusterStore {
         tokio::time::timeout(self.timeout, self.run(batch))
             .await
             .map_err(|_| StoreError::Timeout)?
+    }
+
+    fn leases(&self) -> bool {
+        true
+    }
+
+    async fn decide_charged(
+        &self,
+        batch: &Batch<'_>,
+    ) -> Result<(StoreDecision, Option<Charge>), StoreError> {
+        tokio::time::timeout(self.timeout, self.run_charged(batch, true))
+            .await
+            .map_err(|_| StoreError::Timeout)?
+    }
+
+    async fn give_back(
+        &self,
+        items: &[Item],
+        charge: &Charge,
+        units: u64,
+    ) -> Result<(), StoreError> {
+        self.give_back_units(items, charge, units).await
     }
 
     fn shard_for(&self, key: &str) -> Arc<str> {

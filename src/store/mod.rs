@@ -22,6 +22,7 @@
 //! # }
 //! ```
 
+mod charge;
 #[cfg(feature = "redis-store")]
 mod cluster;
 mod error;
@@ -39,6 +40,7 @@ pub(crate) mod tls;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use charge::Charge;
 pub use error::StoreError;
 pub use memory::MemoryStore;
 
@@ -173,6 +175,36 @@ pub trait Store: Send + Sync + 'static {
     /// use. The default checks nothing.
     async fn probe(&self, shard: &Arc<str>) -> Result<(), StoreError> {
         let _ = shard;
+        Ok(())
+    }
+
+    /// Whether this store can charge a lease and take its unspent part back
+    /// ([`Store::decide_charged`], [`Store::give_back`]). Without it every
+    /// request is decided exactly.
+    fn leases(&self) -> bool {
+        false
+    }
+
+    /// Decides like [`Store::decide`] and, when the batch was admitted and
+    /// charged, returns the receipt [`Store::give_back`] needs.
+    async fn decide_charged(
+        &self,
+        batch: &Batch<'_>,
+    ) -> Result<(StoreDecision, Option<Charge>), StoreError> {
+        Ok((self.decide(batch).await?, None))
+    }
+
+    /// Gives `units` of what `charge` (from a decision on `items`) charged
+    /// back to every limit: tokens back into a bucket, a window counter
+    /// down if it is still the window charged, a GCRA's TAT back. Never
+    /// more than was charged; a window that rolled keeps nothing to give.
+    async fn give_back(
+        &self,
+        items: &[Item],
+        charge: &Charge,
+        units: u64,
+    ) -> Result<(), StoreError> {
+        let _ = (items, charge, units);
         Ok(())
     }
 

@@ -20,7 +20,7 @@ use parking_lot::RwLock;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::script::{self, ReloadCounter, Scripts};
-use super::{Batch, Item, Store, StoreDecision, StoreError, uncharge};
+use super::{Batch, Charge, Item, Store, StoreDecision, StoreError, uncharge};
 use crate::algorithm::Algorithm;
 use crate::policy::StoreSettings;
 
@@ -154,6 +154,16 @@ impl RedisStore {
     }
 
     async fn run(&self, batch: &Batch<'_>) -> Result<StoreDecision, StoreError> {
+        self.run_charged(batch, false).await.map(|(d, _)| d)
+    }
+
+    /// Decides `batch`; with `keep`, returns what an admitted decision
+    /// charged, for [`Store::give_back`].
+    pub(crate) async fn run_charged(
+        &self,
+        batch: &Batch<'_>,
+        keep: bool,
+    ) -> Result<(StoreDecision, Option<Charge>), StoreError> {
         let items: Vec<&Item> = batch.items.iter().collect();
         let cmd = script::decide_cmd(&self.scripts, batch, &items);
         let mut conn = self.conn.read().clone();
@@ -169,17 +179,57 @@ impl RedisStore {
         .map_err(script::classify)?;
         let rtt = started.elapsed();
         let reply = script::parse_reply(&value, items.len())?;
-        let mut verdicts = reply.verdicts;
-        if !reply.allowed {
+        let (allowed, now) = (reply.allowed, reply.now);
+        // The reply is kept whole only as a lease's receipt.
+        let (mut verdicts, kept) = if keep && allowed && !batch.peek {
+            (reply.verdicts.clone(), Some(reply))
+        } else {
+            (reply.verdicts, None)
+        };
+        if !allowed {
             uncharge(batch.items, &mut verdicts, batch.effective_cost());
         }
-        Ok(StoreDecision {
-            allowed: reply.allowed,
+        let decision = StoreDecision {
+            allowed,
             verdicts,
             shard: self.shard.clone(),
-            now: reply.now,
+            now,
             rtt: Some(rtt),
-        })
+        };
+        let charge = kept.map(Charge::new);
+        Ok((decision, charge))
+    }
+
+    /// Runs the refund script for `units` of `charge`.
+    pub(crate) async fn give_back_units(
+        &self,
+        items: &[Item],
+        charge: &Charge,
+        units: u64,
+    ) -> Result<(), StoreError> {
+        let Some(reply) = charge.inner.downcast_ref::<script::GroupReply>() else {
+            return Err(StoreError::Protocol("a charge from another store".into()));
+        };
+        let refs: Vec<&Item> = items.iter().collect();
+        if refs.len() != reply.written.len() {
+            return Err(StoreError::Protocol("a charge for other limits".into()));
+        }
+        let Some(cmd) = script::refund_cmd(&self.scripts, &refs, reply, units) else {
+            return Ok(());
+        };
+        let mut conn = self.conn.read().clone();
+        let call = script::eval(
+            &mut conn,
+            &self.scripts.refund,
+            &cmd,
+            &self.reloads,
+            &self.shard,
+        );
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .map_err(|_| StoreError::Timeout)?
+            .map_err(script::classify)?;
+        Ok(())
     }
 }
 
@@ -197,6 +247,28 @@ impl Store for RedisStore {
 
     fn kind(&self) -> &'static str {
         "redis"
+    }
+
+    fn leases(&self) -> bool {
+        true
+    }
+
+    async fn decide_charged(
+        &self,
+        batch: &Batch<'_>,
+    ) -> Result<(StoreDecision, Option<Charge>), StoreError> {
+        tokio::time::timeout(self.timeout, self.run_charged(batch, true))
+            .await
+            .map_err(|_| StoreError::Timeout)?
+    }
+
+    async fn give_back(
+        &self,
+        items: &[Item],
+        charge: &Charge,
+        units: u64,
+    ) -> Result<(), StoreError> {
+        self.give_back_units(items, charge, units).await
     }
 
     fn probes(&self) -> bool {

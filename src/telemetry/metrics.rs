@@ -162,8 +162,7 @@ pub fn describe() {
 /// A builder with ratewatch's histogram buckets, for a global or a local
 /// recorder (`prometheus_builder()?.build_recorder()` in tests).
 pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
-    PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Full(REDIS_RTT_SECONDS.into()), &RTT_BUCKETS)
+    with_ratewatch_buckets(PrometheusBuilder::new())
 }
 
 /// Installs the Prometheus recorder globally, describes every metric and
@@ -314,7 +313,12 @@ static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 /// // Limiter::new(..), then .route("/metrics", get(limiter.metrics_handler()))
 /// ```
 pub fn with_ratewatch_buckets(builder: PrometheusBuilder) -> Result<PrometheusBuilder, BuildError> {
-    builder.set_buckets_for_metric(Matcher::Full(REDIS_RTT_SECONDS.into()), &RTT_BUCKETS)
+    builder
+        .set_buckets_for_metric(Matcher::Full(REDIS_RTT_SECONDS.into()), &RTT_BUCKETS)?
+        .set_buckets_for_metric(
+            Matcher::Full(super::lease::LEASE_RENEW_SECONDS.into()),
+            &RTT_BUCKETS,
+        )
 }
 
 /// Makes `/metrics` (`Limiter::metrics_handler`) render `handle`, the
@@ -393,6 +397,7 @@ fn url_host_port(url: &str) -> String {
 /// tier and limit; decisions per tier, route, shard and outcome (up to
 /// [`MAX_ZERO_DECISION_SERIES`]); and the round-trip histogram per shard.
 pub fn register_at_zero(policy: &Policy) {
+    super::lease::register_at_zero();
     let shards = configured_shards(policy);
     let redis_shards: Vec<&String> = shards.iter().filter(|s| *s != "memory").collect();
     let mut policies: Vec<FailurePolicy> = vec![policy.resilience.on_store_failure];

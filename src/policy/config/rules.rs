@@ -3,7 +3,7 @@
 use super::reader::{Result, Table, unknown_key};
 use super::sections::FAILURE_POLICIES;
 use crate::algorithm::Algorithm;
-use crate::policy::{Limit, RouteRule, Scope, Tier};
+use crate::policy::{LeaseMode, Limit, RouteRule, Scope, Tier};
 
 /// Each algorithm's config name and the parameters it takes.
 const ALGORITHMS: [(&str, &[&str]); 6] = [
@@ -19,14 +19,15 @@ const ALGORITHMS: [(&str, &[&str]); 6] = [
 ];
 
 /// Keys every limit may have, whatever its algorithm.
-const COMMON: [&str; 4] = ["name", "algorithm", "shadow", "scope"];
+const COMMON: [&str; 5] = ["name", "algorithm", "shadow", "scope", "mode"];
 
 /// Every key some limit may have.
-const ANY_LIMIT_KEY: [&str; 11] = [
+const ANY_LIMIT_KEY: [&str; 12] = [
     "name",
     "algorithm",
     "shadow",
     "scope",
+    "mode",
     "capacity",
     "refill_per_second",
     "limit",
@@ -55,6 +56,7 @@ pub(super) fn route(t: &Table<'_>) -> Result<RouteRule> {
             "cost",
             "on_store_failure",
             "exempt",
+            "mode",
             "limits",
         ],
         "a route",
@@ -72,6 +74,7 @@ pub(super) fn route(t: &Table<'_>) -> Result<RouteRule> {
     }
     route.on_store_failure = t.choice("on_store_failure", &FAILURE_POLICIES)?;
     route.exempt = t.bool("exempt")?.unwrap_or(false);
+    route.mode = t.choice("mode", &LeaseMode::CHOICES)?;
     route.limits = limits(t)?;
     Ok(route)
 }
@@ -180,6 +183,7 @@ fn limit(t: &Table<'_>) -> Result<Limit> {
         ("route", Scope::Route),
     ];
     limit.scope = t.choice("scope", &scopes)?.unwrap_or_default();
+    limit.mode = t.choice("mode", &LeaseMode::CHOICES)?;
     Ok(limit)
 }
 

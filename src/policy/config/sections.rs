@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use super::reader::{Result, Table};
 use crate::policy::{
     AnonymousMode, DashboardSettings, FailurePolicy, IdentitySettings, IpNet, KeyDisplay,
-    ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings,
+    LeaseSettings, ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings,
 };
 
 pub(super) const FAILURE_POLICIES: [(&str, FailurePolicy); 3] = [
@@ -252,6 +252,41 @@ pub(super) fn telemetry(t: Option<Table<'_>>) -> Result<TelemetrySettings> {
         tm.key_display = d;
     }
     Ok(tm)
+}
+
+pub(super) fn leases(t: Option<Table<'_>>) -> Result<LeaseSettings> {
+    let mut l = LeaseSettings::default();
+    let Some(t) = t else { return Ok(l) };
+    t.only(
+        &[
+            "enter_per_second",
+            "exit_per_second",
+            "renew_ms",
+            "ttl_ms",
+            "max_share",
+            "max_keys",
+        ],
+        "[leases]",
+    )?;
+    if let Some(v) = t.number("enter_per_second")? {
+        l.enter_per_second = v;
+    }
+    if let Some(v) = t.number("exit_per_second")? {
+        l.exit_per_second = v;
+    }
+    if let Some(v) = t.millis("renew_ms", 1)? {
+        l.renew = v;
+    }
+    if let Some(v) = t.millis("ttl_ms", 1)? {
+        l.ttl = v;
+    }
+    if let Some(v) = t.number("max_share")? {
+        l.max_share = v;
+    }
+    if let Some(n) = t.uint("max_keys", 1, 1_000_000)? {
+        l.max_keys = n as usize;
+    }
+    Ok(l)
 }
 
 pub(super) fn dashboard(t: Option<Table<'_>>) -> Result<DashboardSettings> {

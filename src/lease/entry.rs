@@ -1,0 +1,460 @@
+//! One key's lease state and the step each request takes on it.
+//!
+//! All of it is pure: the time is an argument, the store is not touched
+//! here. [`Entry::step`] answers a request locally (from the lease or from
+//! a remembered refusal) or says which store call to make; the `install_*`
+//! and `heard_*` methods take the store's answers back in.
+
+use std::sync::Arc;
+
+use crate::algorithm::Algorithm;
+use crate::clock::Micros;
+use crate::policy::LeaseSettings;
+use crate::store::{Charge, Item, StoreDecision};
+
+use super::sizing;
+use super::sketch::Ewma;
+
+/// Units of a lease held by this instance, paid for in the store.
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    /// Unspent units.
+    pub(crate) units: u64,
+    /// Local time the lease stops being valid: its TTL, or the end of the
+    /// window it was charged to if sooner.
+    pub(crate) expires: Micros,
+    /// The end of the earliest window it was charged to, on the store's
+    /// clock (`None` without window limits): takes in one window merge.
+    window_end: Option<Micros>,
+    /// Whether the TTL, not the window's end, ends it: then its window is
+    /// still open at expiry and the unspent units go back.
+    ttl_bound: bool,
+    /// The receipt of the latest take, to give unspent units back.
+    pub(crate) charge: Option<Charge>,
+}
+
+/// What [`Entry::step`] decided for one request.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Answered here. `renew`: also take this many units in the background.
+    Local {
+        /// The answer, shaped as a store's.
+        answer: StoreDecision,
+        /// Units to take in the background, if the lease runs low.
+        renew: Option<u64>,
+    },
+    /// Take a lease of `units` (this request's cost included) and answer
+    /// from it.
+    Take {
+        /// Units to take.
+        units: u64,
+    },
+    /// Decide this request in the store, per request.
+    Exact,
+}
+
+/// Why a key went into or out of lease mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// The key's rate crossed `enter_per_second` (auto).
+    Hot,
+    /// The key's rate fell below `exit_per_second` (auto).
+    Cooled,
+    /// The limit or route says `mode = "leased"`.
+    Configured,
+    /// A take left less than every instance's largest lease, or was
+    /// refused: per-request decisions until the lease expires.
+    Tail,
+}
+
+impl Transition {
+    /// Every reason, in label order.
+    pub const ALL: [Transition; 4] = [
+        Transition::Hot,
+        Transition::Cooled,
+        Transition::Configured,
+        Transition::Tail,
+    ];
+
+    /// The `reason` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transition::Hot => "hot",
+            Transition::Cooled => "cooled",
+            Transition::Configured => "configured",
+            Transition::Tail => "tail",
+        }
+    }
+
+    /// Whether the key is in lease mode after it.
+    pub fn leased(self) -> bool {
+        matches!(self, Transition::Hot | Transition::Configured)
+    }
+}
+
+/// Side effects of a step for telemetry and for the caller: counted, never
+/// acted on here.
+#[derive(Debug, Default)]
+pub(crate) struct Effects {
+    /// Units spent locally.
+    pub(crate) spent: u64,
+    /// Units of a lease that expired unspent.
+    pub(crate) expired: u64,
+    /// A transition that happened.
+    pub(crate) transition: Option<Transition>,
+    /// A lease to give back (units, receipt).
+    pub(crate) give_back: Option<(u64, Charge)>,
+}
+
+/// One key (all limits of one kind of request) as this instance sees it.
+pub(crate) struct Entry {
+    /// In lease mode.
+    pub(crate) leased: bool,
+    pub(crate) held: Option<Held>,
+    /// A take is in flight: no other starts.
+    pub(crate) renewing: bool,
+    /// Per-request decisions until then (the tail).
+    exact_until: Micros,
+    /// A store refusal and the local time it was heard: "still blocked"
+    /// is answered here until its retry time.
+    blocked: Option<(StoreDecision, Micros)>,
+    blocked_until: Micros,
+    /// The last take's answer and the local time it was heard.
+    granted: Option<(StoreDecision, Micros)>,
+    /// This key's decision rate here, units per second.
+    pub(crate) rate: Ewma,
+    /// The units the last take wanted.
+    last_take: u64,
+    /// Local time of the last request.
+    pub(crate) last_seen: Micros,
+    /// The request's limits, for background takes and give-backs.
+    pub(crate) items: Arc<[Item]>,
+    /// The largest lease for this key.
+    pub(crate) cap: u64,
+    /// Shown on the dashboard: the identity (display form), tier, route.
+    pub(crate) label: Label,
+}
+
+/// What the dashboard shows of a key.
+#[derive(Debug, Clone)]
+pub(crate) struct Label {
+    pub(crate) identity: String,
+    pub(crate) tier: Arc<str>,
+    pub(crate) route: Arc<str>,
+}
+
+impl Entry {
+    pub(crate) fn new(items: Arc<[Item]>, cap: u64, label: Label, now: Micros) -> Self {
+        Self {
+            leased: false,
+            held: None,
+            renewing: false,
+            exact_until: 0,
+            blocked: None,
+            blocked_until: 0,
+            granted: None,
+            rate: Ewma::default(),
+            last_take: 0,
+            last_seen: now,
+            items,
+            cap,
+            label,
+        }
+    }
+
+    /// One request of `cost` at `now`. `leased` is whether the key should be
+    /// in lease mode now (the mode, with auto's hysteresis applied by the
+    /// caller) and `why` the reason if that is a change.
+    pub(crate) fn step(
+        &mut self,
+        now: Micros,
+        cost: u64,
+        leased: bool,
+        why: Transition,
+        s: &LeaseSettings,
+        fx: &mut Effects,
+    ) -> Step {
+        self.last_seen = now;
+        if now < self.blocked_until {
+            if let Some((answer, at)) = &self.blocked {
+                return Step::Local {
+                    answer: aged(answer, now - at),
+                    renew: None,
+                };
+            }
+        }
+        self.expire(now, fx);
+        if leased != self.leased {
+            self.leased = leased;
+            fx.transition = Some(why);
+            if !leased {
+                if let Some(g) = self.release() {
+                    fx.give_back = Some(g);
+                }
+            }
+        }
+        if !self.leased {
+            return Step::Exact;
+        }
+        let rate = self.rate.rate(now);
+        if let (Some(h), Some((g, at))) = (self.held.as_mut(), &self.granted) {
+            if h.units >= cost {
+                h.units -= cost;
+                fx.spent = cost;
+                let left = h.units;
+                let renew = (!self.renewing
+                    && now >= self.exact_until
+                    && left < sizing::low_water(self.last_take, cost))
+                .then(|| sizing::take_size(rate, left, cost, self.cap, s));
+                if renew.is_some() {
+                    self.renewing = true;
+                }
+                let answer = lent(g, now - at, left);
+                return Step::Local { answer, renew };
+            }
+        }
+        if now < self.exact_until || self.renewing {
+            return Step::Exact;
+        }
+        self.renewing = true;
+        let held = self.held.as_ref().map_or(0, |h| h.units);
+        Step::Take {
+            units: sizing::take_size(rate, held, cost, self.cap, s),
+        }
+    }
+
+    /// Drops a lease past its expiry. Ended by its TTL, its window is
+    /// still open: the unspent units go back (left as charged, they would
+    /// be refused to everyone until the window ends). Ended with its
+    /// window, they count as expired: the next window never had them.
+    pub(crate) fn expire(&mut self, now: Micros, fx: &mut Effects) {
+        if self.held.as_ref().is_none_or(|h| now < h.expires) {
+            return;
+        }
+        let Some(h) = self.held.take() else { return };
+        match h.charge {
+            Some(c) if h.ttl_bound && h.units > 0 && fx.give_back.is_none() => {
+                fx.give_back = Some((h.units, c));
+            }
+            _ => fx.expired += h.units,
+        }
+    }
+
+    /// Takes the unspent lease out, to give back.
+    pub(crate) fn release(&mut self) -> Option<(u64, Charge)> {
+        let h = self.held.take()?;
+        match h.charge {
+            Some(c) if h.units > 0 => Some((h.units, c)),
+            _ => None,
+        }
+    }
+
+    /// A take of `units` sent at local time `t0` was admitted with `d`
+    /// (and `charge`); `used` of it answers the request that took it in
+    /// the foreground (0 for a background renewal). Returns a transition
+    /// into the tail if the take left too little for leases.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn install(
+        &mut self,
+        t0: Micros,
+        now: Micros,
+        units: u64,
+        used: u64,
+        d: &StoreDecision,
+        charge: Option<Charge>,
+        s: &LeaseSettings,
+        instances: u32,
+        fx: &mut Effects,
+    ) -> Option<Transition> {
+        self.renewing = false;
+        self.last_take = units;
+        let (lifetime, window_end, ttl_bound) = lifetime(&self.items, d, s);
+        let expires = t0 + lifetime;
+        self.expire(now, fx);
+        let fresh = units - used;
+        match self.held.as_mut() {
+            Some(h) if h.window_end == window_end => {
+                h.units += fresh;
+                h.expires = expires;
+                h.ttl_bound = ttl_bound;
+                h.charge = charge;
+            }
+            _ => {
+                if let Some(old) = self.held.take() {
+                    fx.expired += old.units;
+                }
+                self.held = Some(Held {
+                    units: fresh,
+                    expires,
+                    window_end,
+                    ttl_bound,
+                    charge,
+                });
+            }
+        }
+        self.granted = Some((d.clone(), now));
+        let remaining = self
+            .items
+            .iter()
+            .zip(&d.verdicts)
+            .filter(|(i, _)| !i.shadow)
+            .map(|(_, v)| v.remaining)
+            .fold(f64::INFINITY, f64::min);
+        if sizing::in_tail(remaining, self.cap, instances) {
+            self.exact_until = expires;
+            return Some(Transition::Tail);
+        }
+        None
+    }
+
+    /// A take sent at `t0` was refused (`d`): the quota cannot hold a
+    /// lease; decide per request until the refusal's retry time (at most
+    /// one TTL).
+    pub(crate) fn refused(
+        &mut self,
+        t0: Micros,
+        d: &StoreDecision,
+        s: &LeaseSettings,
+    ) -> Transition {
+        self.renewing = false;
+        let retry = self.retry_us(d).min(s.ttl.as_micros() as u64);
+        self.exact_until = t0 + retry.max(1);
+        Transition::Tail
+    }
+
+    /// A take failed (store down, timeout): nothing was learnt.
+    pub(crate) fn failed(&mut self) {
+        self.renewing = false;
+    }
+
+    /// A per-request decision sent at `t0` was answered `d` at `now`: a
+    /// refusal is remembered until its retry time.
+    pub(crate) fn heard(&mut self, t0: Micros, now: Micros, d: &StoreDecision) {
+        if d.allowed {
+            return;
+        }
+        let retry = self.retry_us(d);
+        if retry > 0 {
+            // From the time the question was sent: the store decided after
+            // it, so the remembered refusal ends no later than the real one.
+            self.blocked_until = t0 + retry;
+            self.blocked = Some((d.clone(), now));
+        }
+    }
+
+    /// When a refused request would pass: the latest retry of the enforced
+    /// limits that refused it (a shadow limit never holds a request back).
+    fn retry_us(&self, d: &StoreDecision) -> Micros {
+        self.items
+            .iter()
+            .zip(&d.verdicts)
+            .filter(|(i, v)| !i.shadow && !v.allowed)
+            .map(|(_, v)| v.retry_after_us)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Units held now.
+    pub(crate) fn units(&self) -> u64 {
+        self.held.as_ref().map_or(0, |h| h.units)
+    }
+}
+
+/// How long a lease taken with answer `d` is valid: the TTL, cut at the
+/// end of the first window it was charged to; that window's end on the
+/// store's clock; and whether the TTL is what ends it.
+fn lifetime(
+    items: &[Item],
+    d: &StoreDecision,
+    s: &LeaseSettings,
+) -> (Micros, Option<Micros>, bool) {
+    let ttl = s.ttl.as_micros() as u64;
+    let mut life = ttl;
+    let mut end = None::<Micros>;
+    for item in items {
+        if let Algorithm::FixedWindow { window_us, .. }
+        | Algorithm::SlidingWindow { window_us, .. } = item.algorithm
+        {
+            let w = window_us.max(1);
+            let window_end = d.now - d.now % w + w;
+            life = life.min(window_end - d.now);
+            end = Some(end.map_or(window_end, |e: Micros| e.min(window_end)));
+        }
+    }
+    (life, end, life == ttl)
+}
+
+/// The answer to a request spent from a lease granted with `g`, `elapsed`
+/// µs ago, with `units` still held: each limit shows what the store had
+/// left plus what this instance still holds.
+fn lent(g: &StoreDecision, elapsed: Micros, units: u64) -> StoreDecision {
+    let mut d = aged(g, elapsed);
+    for v in &mut d.verdicts {
+        v.remaining += units as f64;
+    }
+    d
+}
+
+/// `d` as it reads `elapsed` µs after it was answered.
+fn aged(d: &StoreDecision, elapsed: Micros) -> StoreDecision {
+    let mut d = d.clone();
+    d.now += elapsed;
+    d.rtt = None;
+    for v in &mut d.verdicts {
+        v.reset_after_us = v.reset_after_us.saturating_sub(elapsed);
+        v.retry_after_us = v.retry_after_us.saturating_sub(elapsed);
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::Verdict;
+
+    fn verdict(allowed: bool, retry_after_us: u64) -> Verdict {
+        Verdict {
+            allowed,
+            remaining: 0.0,
+            reset_after_us: retry_after_us,
+            retry_after_us,
+            delay_us: 0,
+        }
+    }
+
+    #[test]
+    fn a_refusal_is_remembered_until_the_enforced_retry_not_a_shadows() {
+        let fw = |name: &str| {
+            Item::new(
+                name,
+                Algorithm::FixedWindow {
+                    limit: 5,
+                    window_us: 1_000_000,
+                },
+            )
+        };
+        let mut shadow = fw("s");
+        shadow.shadow = true;
+        let items: Arc<[Item]> = vec![fw("e"), shadow].into();
+        let label = Label {
+            identity: "x".into(),
+            tier: "free".into(),
+            route: "*".into(),
+        };
+        let mut e = Entry::new(items, 1, label, 0);
+        let d = StoreDecision {
+            allowed: false,
+            verdicts: vec![verdict(false, 1_000_000), verdict(false, 100_000_000)],
+            shard: "s".into(),
+            now: 0,
+            rtt: None,
+        };
+        e.heard(10, 20, &d);
+        let s = LeaseSettings::default();
+        let mut fx = Effects::default();
+        let still = e.step(500_000, 1, false, Transition::Cooled, &s, &mut fx);
+        assert!(matches!(still, Step::Local { .. }));
+        let after = e.step(1_000_011, 1, false, Transition::Cooled, &s, &mut fx);
+        assert!(matches!(after, Step::Exact), "{after:?}");
+    }
+}

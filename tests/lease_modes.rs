@@ -1,0 +1,385 @@
+//! Lease modes against a real Redis, in process: a remembered refusal
+//! costs no round trip, unspent units go back at shutdown, a route-wide
+//! ceiling goes into lease mode by itself when hot, and `mode` errors name
+//! the file, line and field.
+
+mod support;
+
+use ratewatch::identity::{Identity, IdentityKind};
+use ratewatch::policy::{LeaseMode, Limit, Policy, Scope};
+use ratewatch::{DecisionPath, Limiter};
+use support::RedisServer;
+
+async fn limiter(redis: &RedisServer, limits: &str, extra: &str) -> Limiter {
+    let text = format!(
+        r#"
+[store]
+kind = "redis"
+url = "{}"
+timeout_ms = 2000
+
+[resilience]
+expected_instances = 1
+{extra}
+
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [{limits}]
+
+[[tiers]]
+name = "anonymous"
+limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }}]
+"#,
+        redis.url()
+    );
+    let policy = Policy::from_toml_str(&text, Some("leases.toml")).expect("policy");
+    Limiter::new(policy).await.expect("limiter")
+}
+
+fn caller() -> Identity {
+    Identity::new(IdentityKind::ApiKey, "free_lease_test_key")
+}
+
+#[tokio::test]
+async fn a_refused_key_is_answered_locally_until_its_retry_time() {
+    let redis = RedisServer::start();
+    let l = limiter(
+        &redis,
+        r#"{ name = "minute", algorithm = "fixed_window", limit = 3, window = "1h", mode = "auto" }"#,
+        "",
+    )
+    .await;
+    for _ in 0..3 {
+        assert!(l.check(&caller(), "free", None).await.allowed);
+    }
+    let first = l.check(&caller(), "free", None).await;
+    assert!(!first.allowed);
+    assert_eq!(first.path, DecisionPath::Store);
+    let calls = redis.command_calls("evalsha");
+    for _ in 0..20 {
+        let d = l.check(&caller(), "free", None).await;
+        assert!(!d.allowed);
+        assert_eq!(d.path, DecisionPath::Local);
+        let retry = d.retry_after.expect("a refusal says when to retry");
+        assert!(!retry.is_zero() && retry <= first.retry_after.unwrap());
+    }
+    assert_eq!(
+        redis.command_calls("evalsha"),
+        calls,
+        "still blocked cost a round trip"
+    );
+}
+
+#[tokio::test]
+async fn an_exact_key_asks_the_store_every_time() {
+    let redis = RedisServer::start();
+    let l = limiter(
+        &redis,
+        r#"{ name = "minute", algorithm = "fixed_window", limit = 3, window = "60s" }"#,
+        "",
+    )
+    .await;
+    for _ in 0..3 {
+        l.check(&caller(), "free", None).await;
+    }
+    let calls = redis.command_calls("evalsha");
+    for _ in 0..5 {
+        assert_eq!(
+            l.check(&caller(), "free", None).await.path,
+            DecisionPath::Store
+        );
+    }
+    assert_eq!(redis.command_calls("evalsha"), calls + 5);
+}
+
+/// The one limit key's window count in Redis.
+fn window_count(redis: &RedisServer) -> u64 {
+    let keys = redis.cli(&["--scan", "--pattern", "rw:*minute*"]);
+    let key = keys
+        .lines()
+        .next()
+        .expect("the limit's key")
+        .trim()
+        .to_owned();
+    redis
+        .cli(&["HGET", &key, "count"])
+        .trim()
+        .parse()
+        .expect("count")
+}
+
+#[tokio::test]
+async fn unspent_lease_units_go_back_at_shutdown() {
+    let redis = RedisServer::start();
+    let l = limiter(
+        &redis,
+        r#"{ name = "minute", algorithm = "fixed_window", limit = 4000, window = "60s", mode = "leased" }"#,
+        "[leases]\nrenew_ms = 100\nttl_ms = 1000",
+    )
+    .await;
+    let mut local = 0;
+    for _ in 0..300 {
+        let d = l.check(&caller(), "free", None).await;
+        assert!(d.allowed);
+        local += usize::from(d.path == DecisionPath::Local);
+    }
+    assert!(local > 150, "only {local} of 300 were spent from leases");
+    // Paid ahead: Redis holds more than was admitted (unless a window
+    // roll intervened, which a 60 s window makes rare: then it is less).
+    let charged = window_count(&redis);
+    l.shutdown().await;
+    let after = window_count(&redis);
+    assert!(
+        after <= 300 && after < charged,
+        "charged {charged}, after shutdown {after}"
+    );
+    if charged > 300 {
+        assert_eq!(after, 300, "every unspent unit goes back");
+    }
+}
+
+#[tokio::test]
+async fn a_route_wide_ceiling_goes_into_lease_mode_when_hot_by_itself() {
+    let redis = RedisServer::start();
+    let text = format!(
+        r#"
+[store]
+kind = "redis"
+url = "{}"
+timeout_ms = 2000
+
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 100000, refill_per_second = 100000 }}]
+
+[[tiers]]
+name = "anonymous"
+limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }}]
+
+[[routes]]
+path = "/search"
+limits = [{{ name = "all", algorithm = "fixed_window", limit = 1000000, window = "60s", scope = "route" }}]
+"#,
+        redis.url()
+    );
+    let policy = Policy::from_toml_str(&text, Some("auto.toml")).unwrap();
+    assert_eq!(
+        policy.routes[0].limits[0].effective_mode(),
+        Some(LeaseMode::Auto)
+    );
+    let l = Limiter::new(policy).await.unwrap();
+    let route = l.route_for("GET", "/search");
+    let mut local = 0;
+    for i in 0..2000 {
+        let d = l.check(&caller(), "free", route.clone()).await;
+        assert!(d.allowed, "request {i}");
+        local += usize::from(d.path == DecisionPath::Local);
+    }
+    assert!(local > 1000, "only {local} of 2000 hot requests were local");
+    let hot = l.hot_keys();
+    assert_eq!(hot.len(), 1, "{hot:?}");
+    assert_eq!(hot[0].route, "/search");
+    assert!(
+        !hot[0].identity.contains("free_lease_test_key"),
+        "raw key shown"
+    );
+}
+
+#[test]
+fn route_scope_limits_default_to_auto_and_others_follow() {
+    let second = std::time::Duration::from_secs(1);
+    let route = Limit::fixed_window("all", 10, second).with_scope(Scope::Route);
+    assert_eq!(route.effective_mode(), Some(LeaseMode::Auto));
+    let exact = route.clone().with_mode(LeaseMode::Exact);
+    assert_eq!(exact.effective_mode(), Some(LeaseMode::Exact));
+    let ident = Limit::fixed_window("x", 10, second);
+    assert_eq!(ident.effective_mode(), None);
+    let of = |limits: &[&Limit], route_mode| {
+        LeaseMode::of_request(route_mode, limits.iter().map(|l| l.effective_mode()))
+    };
+    // A tier's limits without a mode follow a route-wide ceiling's auto.
+    assert_eq!(of(&[&ident, &route], None), LeaseMode::Auto);
+    assert_eq!(of(&[&ident], None), LeaseMode::Exact);
+    assert_eq!(of(&[&ident, &exact], None), LeaseMode::Exact);
+    let leased = ident.clone().with_mode(LeaseMode::Leased);
+    assert_eq!(of(&[&leased, &route], None), LeaseMode::Leased);
+    assert_eq!(
+        of(&[&leased, &route], Some(LeaseMode::Exact)),
+        LeaseMode::Exact
+    );
+}
+
+#[test]
+fn a_mode_error_names_the_file_line_and_field() {
+    let text = r#"
+[[tiers]]
+name = "anonymous"
+limits = [
+  { name = "exact", algorithm = "sliding_log", limit = 5, window = "10s", mode = "leased" },
+]
+"#;
+    let err = Policy::from_toml_str(text, Some("p.toml")).unwrap_err();
+    assert_eq!(err.field(), Some("tiers[0].limits[0].mode"));
+    assert_eq!(err.line(), Some(5));
+    assert!(err.to_string().contains("p.toml"), "{err}");
+    assert!(err.to_string().contains("sliding_log"), "{err}");
+
+    let text = "[[routes]]\npath = \"/x\"\nmode = \"fast\"\n";
+    let err = Policy::from_toml_str(text, Some("p.toml")).unwrap_err();
+    assert_eq!(err.field(), Some("routes[0].mode"));
+    assert_eq!(err.line(), Some(3));
+    assert!(err.to_string().contains("\"auto\""), "{err}");
+
+    let text = "[leases]\nenter_per_second = 10\nexit_per_second = 10\n";
+    let err = Policy::from_toml_str(text, Some("p.toml")).unwrap_err();
+    assert_eq!(err.field(), Some("leases.exit_per_second"));
+    assert_eq!(err.line(), Some(3));
+}
+
+/// Every limit counter on the cluster: (key, window count).
+fn cluster_counts(cluster: &support::RedisCluster) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for node in &cluster.nodes {
+        for key in node.cli(&["--scan", "--pattern", "rw:{*"]).lines() {
+            let key = key.trim();
+            if key.is_empty() {
+                continue;
+            }
+            if let Ok(n) = node.cli(&["HGET", key, "count"]).trim().parse() {
+                out.push((key.to_owned(), n));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_lease_across_cluster_slots_and_give_every_unspent_unit_back() {
+    let cluster = support::RedisCluster::start();
+    let nodes = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("\"{}\"", n.url()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    // The identity's hour and the route's ceiling live in different slots:
+    // one take is two scripts, and a give-back two refunds.
+    let text = format!(
+        r#"
+[store]
+kind = "redis-cluster"
+nodes = [{nodes}]
+timeout_ms = 2000
+
+[resilience]
+expected_instances = 2
+
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [{{ name = "hour", algorithm = "fixed_window", limit = 400, window = "1h", mode = "leased" }}]
+
+[[tiers]]
+name = "anonymous"
+limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }}]
+
+[[routes]]
+path = "/search"
+limits = [{{ name = "all", algorithm = "fixed_window", limit = 1000000, window = "1h", scope = "route" }}]
+"#
+    );
+    let mut limiters = Vec::new();
+    for _ in 0..2 {
+        let policy = Policy::from_toml_str(&text, Some("cluster.toml")).unwrap();
+        limiters.push(Limiter::new(policy).await.unwrap());
+    }
+    let mut tasks = Vec::new();
+    for l in &limiters {
+        for _ in 0..3 {
+            let l = l.clone();
+            tasks.push(tokio::spawn(async move {
+                let route = l.route_for("GET", "/search");
+                let (mut admitted, mut local) = (0u64, 0u64);
+                for _ in 0..100 {
+                    let d = l.check(&caller(), "free", route.clone()).await;
+                    admitted += u64::from(d.allowed);
+                    local += u64::from(d.allowed && d.path == DecisionPath::Local);
+                }
+                (admitted, local)
+            }));
+        }
+    }
+    let (mut admitted, mut local) = (0, 0);
+    for t in tasks {
+        let (a, l) = t.await.unwrap();
+        admitted += a;
+        local += l;
+    }
+    // cap = 0.25 x 400 / 2 = 50: at most 2 x 50 units sit in leases.
+    assert!(admitted <= 400, "{admitted} admitted over 400");
+    assert!(
+        admitted >= 300,
+        "only {admitted} admitted: more than 2 leases were lost"
+    );
+    assert!(local > 100, "only {local} admissions came from leases");
+    for l in &limiters {
+        l.shutdown().await;
+    }
+    let counts = cluster_counts(&cluster);
+    assert_eq!(counts.len(), 2, "{counts:?}");
+    for (key, n) in counts {
+        assert_eq!(n, admitted, "{key}: charged {n}, admitted {admitted}");
+    }
+}
+
+#[tokio::test]
+async fn a_lease_that_outlives_its_ttl_in_an_open_window_gives_its_units_back() {
+    let redis = RedisServer::start();
+    let l = limiter(
+        &redis,
+        r#"{ name = "minute", algorithm = "fixed_window", limit = 4000, window = "1h", mode = "leased" }"#,
+        "[leases]\nrenew_ms = 100\nttl_ms = 300",
+    )
+    .await;
+    let mut admitted = 0;
+    for _ in 0..300 {
+        admitted += u64::from(l.check(&caller(), "free", None).await.allowed);
+    }
+    assert!(window_count(&redis) > admitted, "no lease was held");
+    // Idle now: within the TTL and a sweep, the window (open for the hour)
+    // is charged only what was admitted.
+    support::eventually(
+        std::time::Duration::from_secs(10),
+        "the unspent units given back",
+        || async { (window_count(&redis) == admitted).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_memory_store_decides_a_leased_limit_exactly() {
+    let text = r#"
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [{ name = "minute", algorithm = "fixed_window", limit = 5, window = "1h", mode = "leased" }]
+
+[[tiers]]
+name = "anonymous"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }]
+"#;
+    let l = Limiter::new(Policy::from_toml_str(text, None).unwrap())
+        .await
+        .unwrap();
+    let mut allowed = 0;
+    for _ in 0..50 {
+        let d = l.check(&caller(), "free", None).await;
+        assert_eq!(d.path, DecisionPath::Store);
+        allowed += usize::from(d.allowed);
+    }
+    assert_eq!(allowed, 5);
+    assert!(l.hot_keys().is_empty());
+}

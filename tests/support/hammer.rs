@@ -1,0 +1,136 @@
+//! Paced load on real servers, and per-window accounting of what it got.
+//!
+//! Each request is stamped with the wall clock (the clock Redis `TIME`
+//! reads on this machine) when it was sent and when its answer came, so a
+//! window's admissions can be counted without guessing on which side of a
+//! boundary a request was decided: one fully inside a window was decided in
+//! it; one that straddles a boundary may belong to either.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+/// Microseconds since the Unix epoch, now.
+pub fn unix_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_micros() as u64
+}
+
+/// One request and its answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Shot {
+    /// Which target it went to.
+    pub target: usize,
+    /// When it was sent and answered, µs since the epoch.
+    pub sent: u64,
+    pub answered: u64,
+    /// HTTP status; 0 if the connection failed.
+    pub status: u16,
+}
+
+/// Sends GET `path` with header `x-api-key: key` to every target at
+/// `per_target` requests per second, each request on its own task so a slow
+/// answer never slows the pace, from now until `until` (µs since the
+/// epoch). A target whose flag in `stop` is set gets nothing more.
+pub async fn hammer(
+    targets: Vec<String>,
+    path: &str,
+    key: &str,
+    per_target: f64,
+    until: u64,
+    stop: Vec<Arc<AtomicBool>>,
+) -> Vec<Shot> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("client");
+    let shots = Arc::new(Mutex::new(Vec::new()));
+    let mut pacers = Vec::new();
+    for (target, base) in targets.into_iter().enumerate() {
+        let (client, shots, stop) = (client.clone(), shots.clone(), stop[target].clone());
+        let url = format!("{base}{path}");
+        let key = key.to_owned();
+        pacers.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / per_target));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            let mut inflight = Vec::new();
+            while unix_us() < until && !stop.load(Ordering::SeqCst) {
+                tick.tick().await;
+                let (client, shots, url, key) =
+                    (client.clone(), shots.clone(), url.clone(), key.clone());
+                inflight.push(tokio::spawn(async move {
+                    let sent = unix_us();
+                    let status = match client.get(&url).header("x-api-key", &key).send().await {
+                        Ok(r) => r.status().as_u16(),
+                        Err(_) => 0,
+                    };
+                    shots.lock().push(Shot {
+                        target,
+                        sent,
+                        answered: unix_us(),
+                        status,
+                    });
+                }));
+            }
+            for t in inflight {
+                let _ = t.await;
+            }
+        }));
+    }
+    for p in pacers {
+        p.await.expect("pacer");
+    }
+    let mut v = shots.lock().clone();
+    v.sort_by_key(|s| s.sent);
+    v
+}
+
+/// Counts of one window `[start, start + len)`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Window {
+    pub start: u64,
+    /// Admitted requests sent and answered inside the window: decided in
+    /// it for sure (a lower bound of its admissions).
+    pub admitted_inside: usize,
+    /// Admitted requests whose send-to-answer span touches the window (an
+    /// upper bound of its admissions).
+    pub admitted_touching: usize,
+    /// 429s sent and answered inside the window.
+    pub refused_inside: usize,
+    /// Answers other than 200 and 429 touching the window.
+    pub other: usize,
+}
+
+/// The counts of `n` windows of `len` µs from `first`.
+pub fn windows(shots: &[Shot], first: u64, len: u64, n: usize) -> Vec<Window> {
+    (0..n)
+        .map(|i| {
+            let start = first + i as u64 * len;
+            let end = start + len;
+            let mut w = Window {
+                start,
+                ..Window::default()
+            };
+            for s in shots {
+                let inside = s.sent >= start && s.answered < end;
+                let touching = s.sent < end && s.answered >= start;
+                match s.status {
+                    200 if inside => {
+                        w.admitted_inside += 1;
+                        w.admitted_touching += 1;
+                    }
+                    200 if touching => w.admitted_touching += 1,
+                    429 if inside => w.refused_inside += 1,
+                    429 => {}
+                    _ if touching => w.other += 1,
+                    _ => {}
+                }
+            }
+            w
+        })
+        .collect()
+}
