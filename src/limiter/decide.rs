@@ -49,7 +49,8 @@ impl Limiter {
         let Some(p) = self.prepare(live, identity, tier, route, peek) else {
             return self.unlimited();
         };
-        let leased = if peek {
+        // A store without leases skips the lease path's (large) future.
+        let leased = if peek || !self.inner.store.leases() {
             None
         } else {
             self.decide_leased(
