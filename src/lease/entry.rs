@@ -42,6 +42,10 @@ pub(crate) enum Step {
         answer: StoreDecision,
         /// Units to take in the background, if the lease runs low.
         renew: Option<u64>,
+        /// The receipt of the lease the units were spent from (`None` for
+        /// a remembered refusal), so they can be put back into that lease
+        /// and no other ([`Entry::put_back`]).
+        from: Option<Charge>,
     },
     /// Take a lease of `units` (this request's cost included) and answer
     /// from it.
@@ -180,6 +184,7 @@ impl Entry {
                 return Step::Local {
                     answer: aged(answer, now - at),
                     renew: None,
+                    from: None,
                 };
             }
         }
@@ -210,7 +215,12 @@ impl Entry {
                     self.renewing = true;
                 }
                 let answer = lent(g, now - at, left);
-                return Step::Local { answer, renew };
+                let from = h.charge.clone();
+                return Step::Local {
+                    answer,
+                    renew,
+                    from,
+                };
             }
         }
         if now < self.exact_until || self.renewing {
@@ -354,6 +364,26 @@ impl Entry {
             .unwrap_or(0)
     }
 
+    /// Puts `units` spent at `now` from the lease with receipt `from` back
+    /// into it, if it is still that lease and still valid; `false` if not
+    /// (a renewal replaced it or it expired), when the caller gives them
+    /// back to the store instead: units never move to another lease, whose
+    /// window may not be the one they were charged to.
+    pub(crate) fn put_back(&mut self, units: u64, from: &Charge, now: Micros) -> bool {
+        match self.held.as_mut() {
+            Some(h)
+                if now < h.expires
+                    && h.charge
+                        .as_ref()
+                        .is_some_and(|c| Arc::ptr_eq(&c.inner, &from.inner)) =>
+            {
+                h.units += units;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Units held now.
     pub(crate) fn units(&self) -> u64 {
         self.held.as_ref().map_or(0, |h| h.units)
@@ -456,5 +486,63 @@ mod tests {
         assert!(matches!(still, Step::Local { .. }));
         let after = e.step(1_000_011, 1, false, Transition::Cooled, &s, &mut fx);
         assert!(matches!(after, Step::Exact), "{after:?}");
+    }
+
+    #[test]
+    fn spent_units_go_back_only_into_the_lease_they_came_from() {
+        let items: Arc<[Item]> = vec![Item::new(
+            "e",
+            Algorithm::FixedWindow {
+                limit: 1_000,
+                window_us: 1_000_000,
+            },
+        )]
+        .into();
+        let label = Label {
+            identity: "*".into(),
+            tier: "free".into(),
+            route: "/search".into(),
+        };
+        let s = LeaseSettings::default();
+        let mut fx = Effects::default();
+        let mut e = Entry::new(items, 100, label, 0);
+        let granted = |now: Micros| StoreDecision {
+            allowed: true,
+            verdicts: vec![Verdict {
+                remaining: 800.0,
+                ..verdict(true, 0)
+            }],
+            shard: "s".into(),
+            now,
+            rtt: None,
+        };
+        e.step(10, 1, true, Transition::Configured, &s, &mut fx);
+        let first = Charge::new(1u8);
+        e.install(10, 20, 50, 0, &granted(20), Some(first), &s, 1, &mut fx);
+        let Step::Local {
+            from: Some(from), ..
+        } = e.step(30, 1, true, Transition::Configured, &s, &mut fx)
+        else {
+            panic!("not spent from the lease")
+        };
+        assert_eq!(e.units(), 49);
+        assert!(e.put_back(1, &from, 40));
+        assert_eq!(e.units(), 50);
+        // A take in the next window replaces the lease: the old window's
+        // units must not be spent in it.
+        let next = Charge::new(2u8);
+        e.install(
+            1_000_010,
+            1_000_020,
+            50,
+            0,
+            &granted(1_000_020),
+            Some(next),
+            &s,
+            1,
+            &mut fx,
+        );
+        assert!(!e.put_back(1, &from, 1_000_030));
+        assert_eq!(e.units(), 50);
     }
 }

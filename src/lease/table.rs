@@ -169,6 +169,33 @@ impl Leases {
         }
     }
 
+    /// Puts `units` spent from `key`'s lease with receipt `from` back into
+    /// it (the rest of the request was refused or could not be decided);
+    /// what cannot go back into that very lease is returned to give back
+    /// to the store with its own receipt.
+    pub(crate) fn put_back(
+        &self,
+        key: u64,
+        units: u64,
+        from: Charge,
+        now: Micros,
+    ) -> Option<GiveBack> {
+        let mut shard = self.shard(key).lock();
+        let Some(e) = shard.get_mut(&key) else {
+            // Evicted meanwhile: the units stay charged (the safe side).
+            metrics::expired(units);
+            return None;
+        };
+        if e.put_back(units, &from, now) {
+            return None;
+        }
+        Some(GiveBack {
+            items: e.items.clone(),
+            units,
+            charge: from,
+        })
+    }
+
     /// A per-request decision of a leased or auto key, sent at `t0`, was
     /// answered `d` at `now`: a refusal is remembered, making an entry if
     /// there is room.

@@ -16,6 +16,8 @@ use crate::policy::{FailurePolicy, LeaseMode};
 use crate::store::{Batch, Item, StoreDecision};
 use crate::telemetry::lease as metrics;
 
+mod split;
+
 /// The lease table and whether its sweep runs.
 pub(super) struct LeaseState {
     table: Leases,
@@ -90,9 +92,17 @@ impl Limiter {
         if !self.inner.store.leases() {
             return None;
         }
-        let mode = mode_of(live, route, limits);
-        if mode == LeaseMode::Exact || self.inner.leases.closing.load(Ordering::Relaxed) {
+        if self.inner.leases.closing.load(Ordering::Relaxed) {
             return None;
+        }
+        let mode = mode_of(live, route, limits);
+        if mode == LeaseMode::Exact {
+            // The route-wide ceiling may still be leased on its own.
+            return self
+                .decide_split(
+                    live, tier, route, identity, items, limits, cost, failure, None,
+                )
+                .await;
         }
         let inner = &*self.inner;
         let state = &inner.leases;
@@ -121,7 +131,7 @@ impl Limiter {
         let batch = Batch::consume(items, cost);
         let budget = live.policy.store.timeout;
         match step {
-            Step::Local { answer, renew } => {
+            Step::Local { answer, renew, .. } => {
                 metrics::decision(true);
                 if let Some(units) = renew {
                     self.renew_later(req.key, items, units, live);
@@ -165,6 +175,24 @@ impl Limiter {
                 }
             }
             Step::Exact => {
+                // Not hot as one identity: the route-wide ceiling may be
+                // hot in aggregate.
+                if let Some(d) = self
+                    .decide_split(
+                        live,
+                        tier,
+                        route,
+                        identity,
+                        items,
+                        limits,
+                        cost,
+                        failure,
+                        Some(&req),
+                    )
+                    .await
+                {
+                    return Some(d);
+                }
                 metrics::decision(false);
                 Some(
                     self.exact(live, tier, route, identity, &batch, failure, limits, &req)

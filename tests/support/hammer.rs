@@ -25,6 +25,8 @@ pub fn unix_us() -> u64 {
 pub struct Shot {
     /// Which target it went to.
     pub target: usize,
+    /// Which of the keys it sent (see [`hammer_keys`]).
+    pub key: usize,
     /// When it was sent and answered, µs since the epoch.
     pub sent: u64,
     pub answered: u64,
@@ -44,6 +46,19 @@ pub async fn hammer(
     until: u64,
     stop: Vec<Arc<AtomicBool>>,
 ) -> Vec<Shot> {
+    hammer_keys(targets, path, &[key.to_owned()], per_target, until, stop).await
+}
+
+/// Like [`hammer`], each target sending `keys` in turn (many identities on
+/// one route).
+pub async fn hammer_keys(
+    targets: Vec<String>,
+    path: &str,
+    keys: &[String],
+    per_target: f64,
+    until: u64,
+    stop: Vec<Arc<AtomicBool>>,
+) -> Vec<Shot> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
@@ -53,15 +68,19 @@ pub async fn hammer(
     for (target, base) in targets.into_iter().enumerate() {
         let (client, shots, stop) = (client.clone(), shots.clone(), stop[target].clone());
         let url = format!("{base}{path}");
-        let key = key.to_owned();
+        let keys = keys.to_vec();
         pacers.push(tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / per_target));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
             let mut inflight = Vec::new();
+            // Targets start at different keys, so every key reaches all.
+            let mut turn = target;
             while unix_us() < until && !stop.load(Ordering::SeqCst) {
                 tick.tick().await;
+                let k = turn % keys.len();
+                turn += 1;
                 let (client, shots, url, key) =
-                    (client.clone(), shots.clone(), url.clone(), key.clone());
+                    (client.clone(), shots.clone(), url.clone(), keys[k].clone());
                 inflight.push(tokio::spawn(async move {
                     let sent = unix_us();
                     let status = match client.get(&url).header("x-api-key", &key).send().await {
@@ -70,6 +89,7 @@ pub async fn hammer(
                     };
                     shots.lock().push(Shot {
                         target,
+                        key: k,
                         sent,
                         answered: unix_us(),
                         status,
