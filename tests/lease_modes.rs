@@ -8,9 +8,17 @@ mod support;
 use ratewatch::identity::{Identity, IdentityKind};
 use ratewatch::policy::{LeaseMode, Limit, Policy, Scope};
 use ratewatch::{DecisionPath, Limiter};
+use std::time::Duration;
+
 use support::RedisServer;
 
 async fn limiter(redis: &RedisServer, limits: &str, extra: &str) -> Limiter {
+    Limiter::new(policy(redis, limits, extra))
+        .await
+        .expect("limiter")
+}
+
+fn policy(redis: &RedisServer, limits: &str, extra: &str) -> Policy {
     let text = format!(
         r#"
 [store]
@@ -33,8 +41,7 @@ limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_pe
 "#,
         redis.url()
     );
-    let policy = Policy::from_toml_str(&text, Some("leases.toml")).expect("policy");
-    Limiter::new(policy).await.expect("limiter")
+    Policy::from_toml_str(&text, Some("leases.toml")).expect("policy")
 }
 
 fn caller() -> Identity {
@@ -95,7 +102,12 @@ async fn an_exact_key_asks_the_store_every_time() {
 
 /// The one limit key's window count in Redis.
 fn window_count(redis: &RedisServer) -> u64 {
-    let keys = redis.cli(&["--scan", "--pattern", "rw:*minute*"]);
+    count_of(redis, "minute")
+}
+
+/// The window count of the limit named `name` in Redis.
+fn count_of(redis: &RedisServer, name: &str) -> u64 {
+    let keys = redis.cli(&["--scan", "--pattern", &format!("rw:*{name}*")]);
     let key = keys
         .lines()
         .next()
@@ -388,4 +400,157 @@ limits = [{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per
     }
     assert_eq!(allowed, 5);
     assert!(l.hot_keys().is_empty());
+}
+
+#[tokio::test]
+async fn a_lease_taken_under_the_old_limit_is_not_spent_against_a_lowered_one() {
+    let redis = RedisServer::start();
+    let limit = |n: u64| {
+        format!(
+            r#"{{ name = "minute", algorithm = "fixed_window", limit = {n}, window = "1h", mode = "leased" }}"#
+        )
+    };
+    let extra = "[leases]\nrenew_ms = 100\nttl_ms = 30000";
+    let l = limiter(&redis, &limit(4000), extra).await;
+    let mut admitted = 0;
+    for _ in 0..200 {
+        admitted += u64::from(l.check(&caller(), "free", None).await.allowed);
+    }
+    let charged = window_count(&redis);
+    assert!(charged > admitted + 2, "no lease held: charged {charged}");
+    // Same limit name and algorithm (so the same Redis key), lower limit:
+    // two more requests fit it.
+    let lowered = admitted + 2;
+    l.replace_policy(policy(&redis, &limit(lowered), extra))
+        .expect("reload");
+    for _ in 0..200 {
+        admitted += u64::from(l.check(&caller(), "free", None).await.allowed);
+    }
+    assert!(
+        admitted <= lowered,
+        "{admitted} admitted in a window whose limit is now {lowered}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_its_caller_gave_up_on_does_not_wedge_the_key() {
+    let redis = RedisServer::start();
+    let l = limiter(
+        &redis,
+        r#"{ name = "minute", algorithm = "fixed_window", limit = 4000, window = "1h", mode = "leased" }"#,
+        "[leases]\nrenew_ms = 100\nttl_ms = 1000",
+    )
+    .await;
+    // The first request takes a lease; Redis is frozen, so the take hangs
+    // and the caller (a client that hung up, a timeout layer) drops it.
+    redis.pause();
+    let gave_up =
+        tokio::time::timeout(Duration::from_millis(300), l.check(&caller(), "free", None)).await;
+    redis.resume();
+    assert!(gave_up.is_err(), "the take answered while Redis was frozen");
+    support::eventually(
+        Duration::from_secs(15),
+        "the key served from a lease again",
+        || async {
+            (l.check(&caller(), "free", None).await.path == DecisionPath::Local).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_ended_by_a_short_window_leave_nothing_charged_to_a_long_one() {
+    let redis = RedisServer::start();
+    let l = limiter(
+        &redis,
+        r#"{ name = "second", algorithm = "fixed_window", limit = 100000, window = "1s", mode = "leased" },
+           { name = "hour", algorithm = "fixed_window", limit = 1000000, window = "1h" }"#,
+        "[leases]\nrenew_ms = 100\nttl_ms = 1000",
+    )
+    .await;
+    // Hot across at least two second-windows, so leases end with them.
+    let started = std::time::Instant::now();
+    let mut admitted = 0;
+    let mut local = 0;
+    while started.elapsed() < Duration::from_millis(2500) {
+        let d = l.check(&caller(), "free", None).await;
+        admitted += u64::from(d.allowed);
+        local += u64::from(d.path == DecisionPath::Local);
+    }
+    assert!(
+        local > admitted / 2,
+        "only {local} of {admitted} from leases"
+    );
+    // Idle now: every unspent unit goes back to the hour, which is
+    // charged only what was admitted.
+    support::eventually(
+        Duration::from_secs(15),
+        "the hour charged only what was admitted",
+        || async { (count_of(&redis, "hour") == admitted).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_lease_is_spent_while_redis_is_frozen_then_the_failure_policy_answers() {
+    let redis = RedisServer::start();
+    let l = limiter(
+        &redis,
+        r#"{ name = "minute", algorithm = "fixed_window", limit = 4000, window = "1h", mode = "leased" }"#,
+        "on_store_failure = \"closed\"\n[leases]\nrenew_ms = 100\nttl_ms = 30000",
+    )
+    .await;
+    let mut admitted = 0;
+    for _ in 0..300 {
+        admitted += u64::from(l.check(&caller(), "free", None).await.allowed);
+    }
+    assert_eq!(admitted, 300);
+    redis.pause();
+    // Paid for: spent with no round trip while Redis answers nothing.
+    let mut local = 0;
+    let last = loop {
+        let d = l.check(&caller(), "free", None).await;
+        if d.path != DecisionPath::Local {
+            break d;
+        }
+        assert!(d.allowed, "a held lease refused: {d:?}");
+        local += 1;
+        assert!(local <= 1000, "more spent than the largest lease (1000)");
+    };
+    redis.resume();
+    assert!(local > 0, "no held lease was spent while Redis was frozen");
+    assert!(!last.allowed, "closed admitted past the lease: {last:?}");
+    assert!(
+        matches!(last.source, ratewatch::Source::Fallback { .. }),
+        "{last:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_with_redis_frozen_gives_leases_back_within_one_budget_not_one_per_lease() {
+    let redis = RedisServer::start();
+    let l = limiter(
+        &redis,
+        r#"{ name = "minute", algorithm = "fixed_window", limit = 4000, window = "1h", mode = "leased" }"#,
+        "[leases]\nrenew_ms = 100\nttl_ms = 30000",
+    )
+    .await;
+    let keys = 20;
+    for i in 0..keys {
+        let id = Identity::new(IdentityKind::ApiKey, format!("free_lease_frozen_{i}"));
+        for _ in 0..50 {
+            assert!(l.check(&id, "free", None).await.allowed);
+        }
+    }
+    assert!(l.hot_keys().len() >= keys / 2, "few keys hold leases");
+    redis.pause();
+    // The budget is 2 s: one per lease, in turn, would be 40 s.
+    let started = std::time::Instant::now();
+    let done = tokio::time::timeout(Duration::from_secs(15), l.shutdown()).await;
+    redis.resume();
+    assert!(
+        done.is_ok(),
+        "shutdown still giving leases back after {:?}",
+        started.elapsed()
+    );
 }

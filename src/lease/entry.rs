@@ -26,9 +26,10 @@ pub(crate) struct Held {
     /// The end of the earliest window it was charged to, on the store's
     /// clock (`None` without window limits): takes in one window merge.
     window_end: Option<Micros>,
-    /// Whether the TTL, not the window's end, ends it: then its window is
-    /// still open at expiry and the unspent units go back.
-    ttl_bound: bool,
+    /// Whether a limit it was charged to is still open when it ends (the
+    /// TTL ended it, or another limit has a longer window, a bucket or a
+    /// GCRA): then the unspent units go back at expiry.
+    outlived: bool,
     /// The receipt of the latest take, to give unspent units back.
     pub(crate) charge: Option<Charge>,
 }
@@ -114,6 +115,9 @@ pub(crate) struct Effects {
 pub(crate) struct Entry {
     /// In lease mode.
     pub(crate) leased: bool,
+    /// The last request's mode said `leased`: only going idle takes such a
+    /// key out of lease mode, not a low rate (that is `auto`'s rule).
+    pub(crate) configured: bool,
     pub(crate) held: Option<Held>,
     /// A take is in flight: no other starts.
     pub(crate) renewing: bool,
@@ -151,6 +155,7 @@ impl Entry {
     pub(crate) fn new(items: Arc<[Item]>, cap: u64, label: Label, now: Micros) -> Self {
         Self {
             leased: false,
+            configured: false,
             held: None,
             renewing: false,
             exact_until: 0,
@@ -233,17 +238,19 @@ impl Entry {
         }
     }
 
-    /// Drops a lease past its expiry. Ended by its TTL, its window is
-    /// still open: the unspent units go back (left as charged, they would
-    /// be refused to everyone until the window ends). Ended with its
-    /// window, they count as expired: the next window never had them.
+    /// Drops a lease past its expiry. If a limit it was charged to is still
+    /// open (the TTL ended it, or a longer window, a bucket or a GCRA
+    /// outlives it), the unspent units go back: left as charged, they would
+    /// be refused to everyone until that limit's window ends, a lease's
+    /// worth per instance each time a shorter window rolls. Otherwise they
+    /// count as expired: the next window never had them.
     pub(crate) fn expire(&mut self, now: Micros, fx: &mut Effects) {
         if self.held.as_ref().is_none_or(|h| now < h.expires) {
             return;
         }
         let Some(h) = self.held.take() else { return };
         match h.charge {
-            Some(c) if h.ttl_bound && h.units > 0 && fx.give_back.is_none() => {
+            Some(c) if h.outlived && h.units > 0 && fx.give_back.is_none() => {
                 fx.give_back = Some((h.units, c));
             }
             _ => fx.expired += h.units,
@@ -278,7 +285,7 @@ impl Entry {
     ) -> Option<Transition> {
         self.renewing = false;
         self.last_take = units;
-        let (lifetime, window_end, ttl_bound) = lifetime(&self.items, d, s);
+        let (lifetime, window_end, outlived) = lifetime(&self.items, d, s);
         let expires = t0 + lifetime;
         self.expire(now, fx);
         let fresh = units - used;
@@ -286,7 +293,7 @@ impl Entry {
             Some(h) if h.window_end == window_end => {
                 h.units += fresh;
                 h.expires = expires;
-                h.ttl_bound = ttl_bound;
+                h.outlived = outlived;
                 h.charge = charge;
             }
             _ => {
@@ -297,12 +304,18 @@ impl Entry {
                     units: fresh,
                     expires,
                     window_end,
-                    ttl_bound,
+                    outlived,
                     charge,
                 });
             }
         }
         self.granted = Some((d.clone(), now));
+        if !self.leased && fx.give_back.is_none() {
+            // The key left lease mode while this take was in flight: no
+            // request will spend it, so it goes back now rather than sit
+            // charged (and, ended by its window, be lost) until it expires.
+            fx.give_back = self.release();
+        }
         let remaining = self
             .items
             .iter()
@@ -392,7 +405,8 @@ impl Entry {
 
 /// How long a lease taken with answer `d` is valid: the TTL, cut at the
 /// end of the first window it was charged to; that window's end on the
-/// store's clock; and whether the TTL is what ends it.
+/// store's clock; and whether any limit it was charged to is still open
+/// when it ends (its unspent units then go back).
 fn lifetime(
     items: &[Item],
     d: &StoreDecision,
@@ -401,17 +415,22 @@ fn lifetime(
     let ttl = s.ttl.as_micros() as u64;
     let mut life = ttl;
     let mut end = None::<Micros>;
+    // The latest end of a limit's charge; a bucket or GCRA never ends.
+    let mut last = 0;
     for item in items {
-        if let Algorithm::FixedWindow { window_us, .. }
-        | Algorithm::SlidingWindow { window_us, .. } = item.algorithm
-        {
-            let w = window_us.max(1);
-            let window_end = d.now - d.now % w + w;
-            life = life.min(window_end - d.now);
-            end = Some(end.map_or(window_end, |e: Micros| e.min(window_end)));
+        match item.algorithm {
+            Algorithm::FixedWindow { window_us, .. }
+            | Algorithm::SlidingWindow { window_us, .. } => {
+                let w = window_us.max(1);
+                let window_end = d.now - d.now % w + w;
+                life = life.min(window_end - d.now);
+                end = Some(end.map_or(window_end, |e: Micros| e.min(window_end)));
+                last = last.max(window_end);
+            }
+            _ => last = Micros::MAX,
         }
     }
-    (life, end, life == ttl)
+    (life, end, d.now.saturating_add(life) < last)
 }
 
 /// The answer to a request spent from a lease granted with `g`, `elapsed`
@@ -544,5 +563,135 @@ mod tests {
         );
         assert!(!e.put_back(1, &from, 1_000_030));
         assert_eq!(e.units(), 50);
+    }
+
+    #[test]
+    fn a_lease_ended_by_a_short_window_gives_its_units_back_to_the_long_one() {
+        let fw = |name: &str, window_us| {
+            Item::new(
+                name,
+                Algorithm::FixedWindow {
+                    limit: 1_000_000,
+                    window_us,
+                },
+            )
+        };
+        let items: Arc<[Item]> = vec![fw("second", 1_000_000), fw("hour", 3_600_000_000)].into();
+        let label = Label {
+            identity: "x".into(),
+            tier: "free".into(),
+            route: "*".into(),
+        };
+        let s = LeaseSettings::default();
+        let mut e = Entry::new(items, 50, label, 0);
+        let mut fx = Effects::default();
+        e.step(0, 1, true, Transition::Configured, &s, &mut fx);
+        let ok = Verdict {
+            allowed: true,
+            remaining: 900_000.0,
+            reset_after_us: 100_000,
+            retry_after_us: 0,
+            delay_us: 0,
+        };
+        // Taken 100 ms before the second's window ends.
+        let d = StoreDecision {
+            allowed: true,
+            verdicts: vec![ok, ok],
+            shard: "s".into(),
+            now: 7_900_000,
+            rtt: None,
+        };
+        e.install(0, 0, 20, 1, &d, Some(Charge::new(())), &s, 1, &mut fx);
+        let mut fx = Effects::default();
+        e.expire(100_001, &mut fx);
+        let (back, _) = fx
+            .give_back
+            .expect("the hour's window is open: the unspent units go back");
+        assert_eq!(back, 19);
+        assert_eq!(fx.expired, 0);
+    }
+
+    #[test]
+    fn a_lease_ended_with_its_only_window_expires_without_a_round_trip() {
+        let items: Arc<[Item]> = vec![Item::new(
+            "second",
+            Algorithm::FixedWindow {
+                limit: 1_000_000,
+                window_us: 1_000_000,
+            },
+        )]
+        .into();
+        let label = Label {
+            identity: "x".into(),
+            tier: "free".into(),
+            route: "*".into(),
+        };
+        let s = LeaseSettings::default();
+        let mut e = Entry::new(items, 50, label, 0);
+        let mut fx = Effects::default();
+        e.step(0, 1, true, Transition::Configured, &s, &mut fx);
+        let d = StoreDecision {
+            allowed: true,
+            verdicts: vec![Verdict {
+                allowed: true,
+                remaining: 900_000.0,
+                reset_after_us: 100_000,
+                retry_after_us: 0,
+                delay_us: 0,
+            }],
+            shard: "s".into(),
+            now: 7_900_000,
+            rtt: None,
+        };
+        e.install(0, 0, 20, 1, &d, Some(Charge::new(())), &s, 1, &mut fx);
+        let mut fx = Effects::default();
+        e.expire(100_001, &mut fx);
+        assert!(fx.give_back.is_none());
+        assert_eq!(fx.expired, 19);
+    }
+
+    #[test]
+    fn a_take_that_lands_after_the_key_left_lease_mode_goes_back_at_once() {
+        let items: Arc<[Item]> = vec![Item::new(
+            "w",
+            Algorithm::FixedWindow {
+                limit: 1_000,
+                window_us: 1_000_000,
+            },
+        )]
+        .into();
+        let label = Label {
+            identity: "x".into(),
+            tier: "free".into(),
+            route: "*".into(),
+        };
+        let s = LeaseSettings::default();
+        let mut e = Entry::new(items, 50, label, 0);
+        let mut fx = Effects::default();
+        let step = e.step(10, 1, true, Transition::Configured, &s, &mut fx);
+        assert!(matches!(step, Step::Take { .. }), "{step:?}");
+        let units = 20;
+        // Cooled before the take's answer came back.
+        let mut fx = Effects::default();
+        e.step(20, 1, false, Transition::Cooled, &s, &mut fx);
+        let granted = StoreDecision {
+            allowed: true,
+            verdicts: vec![Verdict {
+                allowed: true,
+                remaining: 900.0,
+                reset_after_us: 999_000,
+                retry_after_us: 0,
+                delay_us: 0,
+            }],
+            shard: "s".into(),
+            now: 1_000,
+            rtt: None,
+        };
+        let mut fx = Effects::default();
+        let receipt = Some(Charge::new(()));
+        e.install(10, 30, units, 1, &granted, receipt, &s, 1, &mut fx);
+        let (back, _) = fx.give_back.expect("the fresh units go back");
+        assert_eq!(back, units - 1);
+        assert_eq!(e.units(), 0);
     }
 }

@@ -32,7 +32,9 @@
 //! - **False refusals: at most `N × cap` units per window.** A request is
 //!   refused only by the store (or by a remembered store refusal, until its
 //!   retry time); at that point at most one lease per instance, `cap` each,
-//!   is charged and unspent.
+//!   is charged and unspent. A limit that several leased keys share (a
+//!   route-wide ceiling above per-identity limits) can carry one lease per
+//!   such key per instance: for it, `N ×` the sum of their caps.
 //! - **A dead holder** strands at most `cap` units per key: they are
 //!   consumed, and come back when the window rolls (the lease never
 //!   outlives it) or, for a bucket, within one TTL of refill (`cap` is at

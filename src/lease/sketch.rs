@@ -85,7 +85,17 @@ impl RateSketch {
             let mut old = cell.load(Ordering::Relaxed);
             loop {
                 let (value, at) = unpack(old);
-                let dt = ms.wrapping_sub(at) as f64 / 1000.0;
+                // Signed: a thread that read the clock just before another
+                // one wrote the cell sees `at` ahead of it. Unsigned, that
+                // wrapped to 49 days and wiped a hot key's estimate, so
+                // under concurrent load it might never look hot.
+                let ahead = (ms.wrapping_sub(at) as i32) < 0;
+                let dt = if ahead {
+                    0.0
+                } else {
+                    ms.wrapping_sub(at) as f64 / 1000.0
+                };
+                let stamp = if ahead { at } else { ms };
                 let decayed = if at == 0 && value == 0.0 {
                     0.0
                 } else {
@@ -94,7 +104,7 @@ impl RateSketch {
                 let new_value = decayed + units;
                 match cell.compare_exchange_weak(
                     old,
-                    pack(new_value as f32, ms),
+                    pack(new_value as f32, stamp),
                     Ordering::Relaxed,
                     Ordering::Relaxed,
                 ) {
@@ -140,6 +150,17 @@ mod tests {
             last = s.add(key, *t, 1.0);
         }
         last
+    }
+
+    #[test]
+    fn a_clock_read_a_moment_before_the_last_update_keeps_the_estimate() {
+        let s = RateSketch::new(0);
+        for i in 0..1_000 {
+            s.add(7, 1_000_000 + i, 1.0);
+        }
+        // Another worker read the clock 1 ms earlier and updates now.
+        let rate = s.add(7, 999_000, 1.0);
+        assert!(rate > 1_000.0, "the estimate was wiped: {rate}/s");
     }
 
     #[test]

@@ -96,6 +96,12 @@ impl Leases {
             shard.insert(req.key, e);
         }
         let e = shard.get_mut(&req.key).expect("inserted above");
+        e.configured = req.mode == LeaseMode::Leased;
+        // The largest lease follows a reload of `max_share`, the TTL or
+        // `expected_instances`: an entry hot for hours must not keep the
+        // cap of the policy it was made under (with more instances, the
+        // old cap would break the false-refusal bound).
+        e.cap = sizing::max_lease(req.items, req.cost, s, instances);
         let rate = e.rate.add(now, req.cost as f64);
         let (want, why) = match req.mode {
             LeaseMode::Leased => (true, Transition::Configured),
@@ -223,8 +229,9 @@ impl Leases {
         }
     }
 
-    /// Expires leases past their time, takes keys that went quiet out of
-    /// lease mode and drops idle entries; returns the leases to give back.
+    /// Expires leases past their time, takes `auto` keys that went quiet
+    /// and any key gone idle out of lease mode, and drops idle entries;
+    /// returns the leases to give back.
     pub(crate) fn sweep(&self, now: Micros, s: &LeaseSettings) -> Vec<GiveBack> {
         let mut give = Vec::new();
         let mut fx = Effects::default();
@@ -239,7 +246,9 @@ impl Leases {
                         charge,
                     });
                 }
-                let quiet = e.rate.rate(now) < s.exit_per_second;
+                // A configured key leaves only when idle: cooling it by
+                // rate would flip it out and back in on every request.
+                let quiet = !e.configured && e.rate.rate(now) < s.exit_per_second;
                 let idle = now.saturating_sub(e.last_seen) >= IDLE_US;
                 if e.leased && (quiet || idle) && !e.renewing {
                     e.leased = false;
@@ -450,6 +459,101 @@ mod tests {
         run(&l, &mut t, 5, 3);
         assert!(!leased(&l));
         assert_eq!(l.leased.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_reload_with_more_instances_shrinks_the_leases_of_a_hot_key() {
+        let s = LeaseSettings::default();
+        let items = vec![Item::new(
+            "rw:{free:x}:hour:fw",
+            Algorithm::FixedWindow {
+                limit: 1_000,
+                window_us: 3_600_000_000,
+            },
+        )];
+        let req = Request {
+            key: 7,
+            items: &items,
+            cost: 1,
+            mode: LeaseMode::Leased,
+        };
+        let grant = |t: Micros| StoreDecision {
+            allowed: true,
+            verdicts: vec![Verdict {
+                allowed: true,
+                remaining: 500.0,
+                reset_after_us: 1_000_000,
+                retry_after_us: 0,
+                delay_us: 0,
+            }],
+            shard: "s".into(),
+            now: t,
+            rtt: None,
+        };
+        let l = Leases::new(0);
+        let mut t = 0;
+        let mut largest_after = 0;
+        // 10,000 requests per second: one instance, then ten.
+        for i in 0..4_000 {
+            t += 100;
+            let instances = if i < 2_000 { 1 } else { 10 };
+            let units = match l.step(&req, t, &s, instances, label).0 {
+                Step::Take { units } => Some(units),
+                Step::Local { renew, .. } => renew,
+                Step::Exact => None,
+            };
+            if let Some(units) = units {
+                l.granted(7, t, t, units, 0, &grant(t), None, &s, instances);
+                if instances == 10 {
+                    largest_after = largest_after.max(units);
+                }
+            }
+        }
+        // floor(0.25 x 1000 / 10).
+        assert!(largest_after > 0, "no take after the reload");
+        assert!(
+            largest_after <= 25,
+            "a take of {largest_after} units with a cap of 25"
+        );
+    }
+
+    #[test]
+    fn a_configured_key_at_a_low_rate_is_not_cooled_by_every_sweep() {
+        let s = LeaseSettings::default();
+        let l = Leases::new(0);
+        let items = items();
+        let req = Request {
+            key: 5,
+            items: &items,
+            cost: 1,
+            mode: LeaseMode::Leased,
+        };
+        let mut t = 0;
+        // 5 requests per second for 5 seconds, below exit_per_second,
+        // with the sweep running every renew interval as it does.
+        for _ in 0..25 {
+            for _ in 0..2 {
+                t += 100_000;
+                l.sweep(t, &s);
+            }
+            match l.step(&req, t, &s, 1, label).0 {
+                Step::Take { units } => {
+                    l.granted(5, t, t, units, 1, &admitted(t), None, &s, 1);
+                }
+                Step::Local {
+                    renew: Some(units), ..
+                } => {
+                    l.granted(5, t, t, units, 0, &admitted(t), None, &s, 1);
+                }
+                _ => {}
+            }
+        }
+        assert!(leased(&l));
+        assert_eq!(
+            l.flips.load(Ordering::Relaxed),
+            1,
+            "a configured key flapped"
+        );
     }
 
     #[test]

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use super::compiled::{CompiledLimit, CompiledTier};
 use super::live::Live;
-use super::{Decision, DecisionPath, Limiter, Source, build};
+use super::{Decision, DecisionPath, Limiter, Source, StoreFailure, build};
+use crate::algorithm::Algorithm;
 use crate::identity::Identity;
 use crate::lease::{GiveBack, Label, Leases, Step};
 use crate::policy::{FailurePolicy, LeaseMode};
@@ -50,12 +51,42 @@ impl LeaseState {
             .or_else(|| tokio::runtime::Handle::try_current().ok())
     }
 
+    /// The lease table's key for a request of `items`: their store keys
+    /// and their limits. A reload that changes a limit but keeps its key
+    /// (same name, scope and algorithm) makes a new entry, so a lease taken
+    /// under the old limit is never spent against the new one; the old
+    /// entry goes quiet and the sweep gives its lease back.
     fn key_of(&self, items: &[Item]) -> u64 {
         let mut h = self.hasher.build_hasher();
         for i in items {
             i.key.hash(&mut h);
+            i.shadow.hash(&mut h);
+            hash_algorithm(&i.algorithm, &mut h);
         }
         h.finish()
+    }
+}
+
+/// Feeds a limit's algorithm and parameters to `h` (rates by their bits).
+fn hash_algorithm(a: &Algorithm, h: &mut impl Hasher) {
+    std::mem::discriminant(a).hash(h);
+    match *a {
+        Algorithm::TokenBucket {
+            capacity,
+            refill_per_second: rate,
+        }
+        | Algorithm::Gcra {
+            burst: capacity,
+            rate_per_second: rate,
+        } => (capacity, rate.to_bits()).hash(h),
+        Algorithm::SlidingWindow { limit, window_us }
+        | Algorithm::SlidingLog { limit, window_us }
+        | Algorithm::FixedWindow { limit, window_us } => (limit, window_us).hash(h),
+        Algorithm::LeakyBucket {
+            rate_per_second,
+            capacity,
+            max_delay_us,
+        } => (rate_per_second.to_bits(), capacity, max_delay_us).hash(h),
     }
 }
 
@@ -129,7 +160,6 @@ impl Limiter {
             self.give_back_later(vec![g]);
         }
         let batch = Batch::consume(items, cost);
-        let budget = live.policy.store.timeout;
         match step {
             Step::Local { answer, renew, .. } => {
                 metrics::decision(true);
@@ -140,38 +170,27 @@ impl Limiter {
             }
             Step::Take { units } => {
                 metrics::decision(false);
-                let take = Batch::consume(items, units);
-                let started = Instant::now();
-                match self.ask_store_for(&take, budget, true).await {
-                    Ok((d, charge)) if d.allowed => {
-                        metrics::renew_latency(started.elapsed());
-                        let heard = inner.clock.now_us();
-                        let give = state
-                            .table
-                            .granted(req.key, now, heard, units, cost, &d, charge, &s, instances);
-                        self.give_back_later(give.into_iter().collect());
+                // A task that never ran (its runtime shut down) or
+                // panicked cleared nothing: the key is marked as not taking.
+                let taken = match self.take(req.key, items.into(), units, cost, now, live) {
+                    Some(task) => task.await.map_err(|_| state.table.failed(req.key)).ok(),
+                    None => None,
+                };
+                match taken {
+                    Some(Ok(d)) if d.allowed => {
                         let source = Source::Store {
                             shard: d.shard.clone(),
                         };
                         Some(build(tier.name.clone(), limits, d, source, None))
                     }
-                    Ok((d, _)) => {
-                        metrics::renew_latency(started.elapsed());
-                        state.table.refused(req.key, now, &d, &s);
-                        // Not enough for a lease: this request alone.
-                        Some(
-                            self.exact(live, tier, route, identity, &batch, failure, limits, &req)
-                                .await,
-                        )
-                    }
-                    Err(f) => {
-                        state.table.failed(req.key);
-                        Some(
-                            self.failed_over(
-                                live, tier, route, identity, &batch, failure, limits, f,
-                            ),
-                        )
-                    }
+                    // Not enough for a lease: this request alone.
+                    Some(Ok(_)) | None => Some(
+                        self.exact(live, tier, route, identity, &batch, failure, limits, &req)
+                            .await,
+                    ),
+                    Some(Err(f)) => Some(
+                        self.failed_over(live, tier, route, identity, &batch, failure, limits, f),
+                    ),
                 }
             }
             Step::Exact => {
@@ -245,36 +264,73 @@ impl Limiter {
     /// Takes `units` for `key` in the background; the request that asked
     /// was already answered from the lease.
     fn renew_later(&self, key: u64, items: &[Item], units: u64, live: &Live) {
+        let t0 = self.inner.clock.now_us();
+        // Detached: the task installs what it gets by itself.
+        let _ = self.take(key, items.into(), units, 0, t0, live);
+    }
+
+    /// Takes `units` for `key` (`used` of them for the request that asked,
+    /// 0 for a renewal), sent at local time `t0`, and installs the answer,
+    /// in a task on the limiter's runtime. A caller that stops waiting (a
+    /// client that hung up, a timeout layer dropping the request) can then
+    /// neither leave the key marked as taking forever (every later request
+    /// of it decided in the store) nor strand a lease Redis already
+    /// charged. `None` (the key marked as not taking) without a runtime.
+    fn take(
+        &self,
+        key: u64,
+        items: Arc<[Item]>,
+        units: u64,
+        used: u64,
+        t0: crate::clock::Micros,
+        live: &Live,
+    ) -> Option<tokio::task::JoinHandle<Result<StoreDecision, StoreFailure>>> {
         let Some(rt) = self.inner.leases.runtime() else {
             self.inner.leases.table.failed(key);
-            return;
+            return None;
         };
         let this = self.clone();
-        let items: Arc<[Item]> = items.into();
         let s = live.policy.leases;
         let instances = live.policy.resilience.expected_instances;
         let budget = live.policy.store.timeout;
-        rt.spawn(async move {
+        Some(rt.spawn(async move {
             let state = &this.inner.leases;
-            let t0 = this.inner.clock.now_us();
             let started = Instant::now();
             let take = Batch::consume(&items, units);
-            match this.ask_store_for(&take, budget, true).await {
+            let answer = this.ask_store_for(&take, budget, true).await;
+            match &answer {
                 Ok((d, charge)) if d.allowed => {
                     metrics::renew_latency(started.elapsed());
                     let now = this.inner.clock.now_us();
-                    let give = state
-                        .table
-                        .granted(key, t0, now, units, 0, &d, charge, &s, instances);
-                    this.give_back_later(give.into_iter().collect());
+                    let give = state.table.granted(
+                        key,
+                        t0,
+                        now,
+                        units,
+                        used,
+                        d,
+                        charge.clone(),
+                        &s,
+                        instances,
+                    );
+                    let mut give: Vec<GiveBack> = give.into_iter().collect();
+                    if state.closing.load(Ordering::SeqCst) {
+                        // Landed after shutdown drained the table (it was
+                        // sent just before closing was seen): back at once.
+                        give.extend(state.table.drain());
+                        this.give_back(give).await;
+                    } else {
+                        this.give_back_later(give);
+                    }
                 }
                 Ok((d, _)) => {
                     metrics::renew_latency(started.elapsed());
-                    state.table.refused(key, t0, &d, &s);
+                    state.table.refused(key, t0, d, &s);
                 }
                 Err(_) => state.table.failed(key),
             }
-        });
+            answer.map(|(d, _)| d)
+        }))
     }
 
     /// Gives leases back in the background.
@@ -290,14 +346,12 @@ impl Limiter {
         rt.spawn(async move { this.give_back(give).await });
     }
 
+    /// Gives leases back all at once: in turn, a frozen Redis would hold
+    /// shutdown for one store timeout per lease held.
     async fn give_back(&self, give: Vec<GiveBack>) {
-        for g in give {
-            match self
-                .inner
-                .store
-                .give_back(&g.items, &g.charge, g.units)
-                .await
-            {
+        let store = &self.inner.store;
+        let refunds = give.iter().map(|g| async move {
+            match store.give_back(&g.items, &g.charge, g.units).await {
                 Ok(()) => metrics::returned(g.units),
                 Err(e) => {
                     // The units stay charged (the safe side) until their
@@ -306,7 +360,8 @@ impl Limiter {
                     metrics::expired(g.units);
                 }
             }
-        }
+        });
+        futures_util::future::join_all(refunds).await;
     }
 
     /// Gives every held lease back (at shutdown).
