@@ -41,6 +41,7 @@ pub use reload::{PolicyStatus, ReloadAttempt, ReloadError, ReloadOutcome};
 pub use snapshot::PolicySnapshot;
 
 use arc_swap::ArcSwap;
+use ask::StoreFailure;
 use assemble::build;
 use fallback::LocalFallback;
 use live::{Live, Plugins};
