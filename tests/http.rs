@@ -569,3 +569,52 @@ async fn retry_after_jitter_stays_within_its_bound_and_never_undercuts_t() {
     }
     assert!(seen.len() > 1, "jitter spreads the retries: {seen:?}");
 }
+
+/// The memory store decides in `call` itself (no future to poll for the
+/// decision): a response future dropped unpolled has been charged, and the
+/// layer's answer then needs nothing but the inner service.
+#[tokio::test]
+async fn the_memory_store_decides_in_call_before_the_response_future_is_polled() {
+    use ratewatch::identity::{Identity, IdentityKind};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tower::{Layer, Service};
+
+    let policy = Policy::builder()
+        .tier(
+            Tier::new("free")
+                .match_prefix("free_")
+                .limit(Limit::token_bucket("burst", 2, 0.001)),
+        )
+        .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
+        .build()
+        .expect("valid policy");
+    let limiter = Limiter::new(policy).await.expect("limiter");
+    let handled = Arc::new(AtomicUsize::new(0));
+    let counter = handled.clone();
+    let inner = tower::service_fn(move |_req: Request<Body>| {
+        let counter = counter.clone();
+        async move {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, std::convert::Infallible>(Response::new(Body::empty()))
+        }
+    });
+    let mut svc = limiter.layer().layer(inner);
+    let req = || {
+        Request::get("/")
+            .header("x-api-key", "free_unpolled")
+            .body(Body::empty())
+            .expect("request")
+    };
+    for _ in 0..2 {
+        svc.ready().await.expect("ready");
+        drop(svc.call(req()));
+    }
+    let caller = Identity::new(IdentityKind::ApiKey, "free_unpolled");
+    let seen = limiter.peek(&caller, "free", None).await;
+    assert!(seen.limits[0].remaining < 1.0, "{seen:?}");
+    assert_eq!(handled.load(Ordering::SeqCst), 0, "no handler ran");
+    svc.ready().await.expect("ready");
+    let res = svc.call(req()).await.expect("response");
+    assert_eq!(res.status(), 429);
+    assert_eq!(handled.load(Ordering::SeqCst), 0);
+}

@@ -103,7 +103,7 @@ fn the_embedding_api_is_reachable_from_outside() {
         std::any::type_name::<HeaderFamilies>(),
         std::any::type_name::<RateLimitLayer>(),
         std::any::type_name::<Refusal<'static>>(),
-        std::any::type_name::<ResponseFuture<()>>(),
+        std::any::type_name::<ResponseFuture<std::future::Ready<()>>>(),
         std::any::type_name::<ConfigError>(),
         std::any::type_name::<PolicyBuilder>(),
         std::any::type_name::<Scope>(),

@@ -134,4 +134,28 @@ impl Contenders {
         rt.shutdown_background();
         total as f64 / elapsed
     }
+
+    /// Makes exactly `n` decisions of `who` on one thread (the hot key, or
+    /// every key in turn), for instruction counts that do not depend on
+    /// the machine's load: run it under `valgrind --tool=callgrind` with two
+    /// values of `n` and divide the difference.
+    pub fn count(&self, who: Who, distinct: bool, n: u64) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let policy: Policy = crate::serve::policy(1, StoreSettings::default());
+        rt.block_on(async {
+            let mut b = Limiter::builder(policy);
+            if who == Who::RatewatchNoTelemetry {
+                b = b.with_telemetry(Telemetry::disabled());
+            }
+            let limiter = b.build().await.expect("limiter");
+            for i in 0..n as usize {
+                let k = if distinct { i % self.ids.len() } else { 0 };
+                let d = limiter.check(&self.ids[k], "free", None).await;
+                std::hint::black_box(d.allowed);
+            }
+        });
+    }
 }

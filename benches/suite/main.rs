@@ -89,17 +89,30 @@ fn main() {
             serve::serve(variant, port, &args[3..]);
         }
         Some("check") => {
-            // `check SECS [THREADS] [off]`: only `Limiter::check` on one hot
-            // key (fleet view on, or off), for a profiler.
+            // `check SECS [THREADS] [off|governor]`: only `Limiter::check`
+            // on one hot key (fleet view on, or off), or governor's keyed
+            // check, for a profiler.
             let secs = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(5.0);
             let threads = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
-            let who = if args.get(3).is_some_and(|a| a == "off") {
+            let who = match args.get(3).map(String::as_str) {
+                Some("off") => inproc::Who::RatewatchNoTelemetry,
+                Some("governor") => inproc::Who::Governor,
+                _ => inproc::Who::Ratewatch,
+            };
+            let ops = inproc::Contenders::hot().measure(who, false, threads, secs);
+            println!("{ops:.0} decisions/s");
+        }
+        Some("count") => {
+            // `count N [off]`: exactly N `Limiter::check`s on one hot key,
+            // one thread, for `valgrind --tool=callgrind` (instruction counts
+            // repeat where wall-clock on a shared machine does not).
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(100_000);
+            let who = if args.get(2).is_some_and(|a| a == "off") {
                 inproc::Who::RatewatchNoTelemetry
             } else {
                 inproc::Who::Ratewatch
             };
-            let ops = inproc::Contenders::hot().measure(who, false, threads, secs);
-            println!("{ops:.0} decisions/s");
+            inproc::Contenders::hot().count(who, false, n);
         }
         Some("memory") => {
             // `memory`: only Redis bytes per identity, per algorithm.
@@ -143,7 +156,7 @@ fn main() {
         Some("run") | None => run(parse(&args)),
         Some(other) => {
             eprintln!(
-                "usage: bench run [--rounds N] [--secs S] [--out FILE] [--net-delay-us US] | bench memory | bench serve VARIANT PORT [URL...] | bench proxy UPSTREAM_PORT DELAY_US | bench requests PORT N [CONNECTIONS]\nunknown: {other}"
+                "usage: bench run [--rounds N] [--secs S] [--out FILE] [--net-delay-us US] | bench memory | bench serve VARIANT PORT [URL...] | bench proxy UPSTREAM_PORT DELAY_US | bench requests PORT N [CONNECTIONS] | bench check SECS [THREADS] [off|governor] | bench count N [off]\nunknown: {other}"
             );
             std::process::exit(2);
         }

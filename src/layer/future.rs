@@ -1,34 +1,115 @@
 //! The response future of [`super::RateLimit`].
+//!
+//! A decision the store took in process (the memory store) leaves nothing
+//! to wait for but the inner service, so the future is that service's own
+//! future, with the decision kept beside it to add the headers: no box, no
+//! extra task state. Only a decision that must wait (a Redis store, a
+//! leaky bucket's shaping delay) goes through a boxed future.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use axum::response::Response;
+use pin_project_lite::pin_project;
 
-type Boxed<E> = Pin<Box<dyn Future<Output = Result<Response, E>> + Send + 'static>>;
+use super::headers::{self, HeaderFamilies};
+use crate::Decision;
 
-/// Resolves to the inner service's response with rate-limit headers, or to
-/// the limiter's own answer (429, 503, 400, 401).
-pub struct ResponseFuture<E> {
-    inner: Boxed<E>,
-}
+type Boxed<O> = Pin<Box<dyn Future<Output = O> + Send + 'static>>;
 
-impl<E> ResponseFuture<E> {
-    pub(super) fn new(inner: Boxed<E>) -> Self {
-        Self { inner }
+pin_project! {
+    /// Resolves to the inner service's response with rate-limit headers, or
+    /// to the limiter's own answer (429, 503, 400, 401). `F` is the inner
+    /// service's future.
+    pub struct ResponseFuture<F: Future> {
+        #[pin]
+        kind: Kind<F>,
     }
 }
 
-impl<E> Future for ResponseFuture<E> {
+pin_project! {
+    #[project = KindProj]
+    enum Kind<F: Future> {
+        /// The request went on: the inner service's future, and the
+        /// decision its response is finished with (none for an exempt
+        /// route).
+        Inner {
+            #[pin]
+            inner: F,
+            decided: Option<(Decision, HeaderFamilies)>,
+        },
+        /// The limiter answered itself.
+        Ready { response: Option<Response> },
+        /// A decision that waits (a Redis store, a shaping delay).
+        Waiting { fut: Boxed<F::Output> },
+    }
+}
+
+impl<F: Future> ResponseFuture<F> {
+    /// The inner service's response, finished with `decision`'s headers
+    /// and the decision itself in its extensions.
+    pub(super) fn limited(inner: F, decision: Decision, families: HeaderFamilies) -> Self {
+        Self {
+            kind: Kind::Inner {
+                inner,
+                decided: Some((decision, families)),
+            },
+        }
+    }
+
+    /// The inner service's response as it is (an exempt route).
+    pub(super) fn passed(inner: F) -> Self {
+        Self {
+            kind: Kind::Inner {
+                inner,
+                decided: None,
+            },
+        }
+    }
+
+    /// The limiter's own answer.
+    pub(super) fn ready(response: Response) -> Self {
+        Self {
+            kind: Kind::Ready {
+                response: Some(response),
+            },
+        }
+    }
+
+    /// A decision that must wait.
+    pub(super) fn waiting(fut: Boxed<F::Output>) -> Self {
+        Self {
+            kind: Kind::Waiting { fut },
+        }
+    }
+}
+
+impl<F, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response, E>>,
+{
     type Output = Result<Response, E>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Inner { inner, decided } => {
+                let mut res = ready!(inner.poll(cx))?;
+                if let Some((decision, families)) = decided.take() {
+                    headers::insert_families(res.headers_mut(), &decision, families);
+                    res.extensions_mut().insert(decision);
+                }
+                Poll::Ready(Ok(res))
+            }
+            KindProj::Ready { response } => Poll::Ready(Ok(response
+                .take()
+                .expect("ResponseFuture polled after it completed"))),
+            KindProj::Waiting { fut } => fut.as_mut().poll(cx),
+        }
     }
 }
 
-impl<E> std::fmt::Debug for ResponseFuture<E> {
+impl<F: Future> std::fmt::Debug for ResponseFuture<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ResponseFuture")
     }

@@ -57,7 +57,7 @@ where
 {
     type Response = Response;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Error>;
+    type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -68,39 +68,91 @@ where
         // a fresh clone takes its place for the next one.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let limiter = self.limiter.clone();
-        let options = self.options.clone();
-        ResponseFuture::new(Box::pin(async move {
-            // One policy for the whole request, whatever reloads meanwhile.
-            let limiter = limiter.snapshot();
-            let route = limiter.route_for(req.method().as_str(), routed_path(&req));
-            if limiter.is_exempt(route.as_ref()) {
-                return inner.call(req).await;
-            }
-            let (mut parts, body) = req.into_parts();
-            let identity = match limiter.identify(&parts) {
-                Ok(id) => id,
-                Err(e) => return Ok(options.refuse(&Refusal::of_identity(&e))),
-            };
-            let tier = limiter.resolve_tier(&identity, &parts);
-            let decision = limiter.check(&identity, &tier, route.as_ref()).await;
-            if let Some(hook) = &options.on_decision {
-                hook(&decision, &identity);
-            }
-            if !decision.allowed {
-                let jitter = limiter.policy().resilience.retry_after_jitter;
-                let mut res = options.refuse(&Refusal::of_decision(&decision, jitter));
-                res.extensions_mut().insert(decision);
-                return Ok(res);
-            }
-            if !decision.delay.is_zero() {
+        let options = &self.options;
+        // One policy for the whole request, whatever reloads meanwhile.
+        let limiter = self.limiter.snapshot();
+        let route = limiter.route_for(req.method().as_str(), routed_path(&req));
+        if limiter.is_exempt(route.as_ref()) {
+            return ResponseFuture::passed(inner.call(req));
+        }
+        let (mut parts, body) = req.into_parts();
+        let identity = match limiter.identify(&parts) {
+            Ok(id) => id,
+            Err(e) => return ResponseFuture::ready(options.refuse(&Refusal::of_identity(&e))),
+        };
+        let tier = limiter.resolve_tier(&identity, &parts);
+        // The memory store decides here, synchronously: the response future
+        // is then the inner service's own. Any other store is waited for.
+        let Some(decision) = limiter.check_now(&identity, &tier, route.as_ref()) else {
+            let options = options.clone();
+            return ResponseFuture::waiting(Box::pin(async move {
+                let decision = limiter.check(&identity, &tier, route.as_ref()).await;
+                match answer(&limiter, &options, decision, &identity) {
+                    Answer::Refuse(refusal) => Ok(refusal),
+                    Answer::Pass(decision) => {
+                        if !decision.delay.is_zero() {
+                            tokio::time::sleep(decision.delay).await;
+                        }
+                        let req = pass_on(parts, body, &decision);
+                        let mut res = inner.call(req).await?;
+                        headers::insert_families(res.headers_mut(), &decision, options.headers);
+                        res.extensions_mut().insert(decision);
+                        Ok(res)
+                    }
+                }
+            }));
+        };
+        let decision = match answer(&limiter, options, decision, &identity) {
+            Answer::Refuse(refusal) => return ResponseFuture::ready(refusal),
+            Answer::Pass(d) => d,
+        };
+        if !decision.delay.is_zero() {
+            // A leaky bucket shapes this request: hold it, then pass it on.
+            let families = options.headers;
+            return ResponseFuture::waiting(Box::pin(async move {
                 tokio::time::sleep(decision.delay).await;
-            }
-            parts.extensions.insert(decision.clone());
-            let mut res = inner.call(Request::from_parts(parts, body)).await?;
-            headers::insert_families(res.headers_mut(), &decision, options.headers);
-            res.extensions_mut().insert(decision);
-            Ok(res)
-        }))
+                let req = pass_on(parts, body, &decision);
+                let mut res = inner.call(req).await?;
+                headers::insert_families(res.headers_mut(), &decision, families);
+                res.extensions_mut().insert(decision);
+                Ok(res)
+            }));
+        }
+        parts.extensions.insert(decision.clone());
+        let req = Request::from_parts(parts, body);
+        ResponseFuture::limited(inner.call(req), decision, options.headers)
     }
+}
+
+/// What the layer does with a decision.
+enum Answer {
+    /// Pass the request on, with its decision.
+    Pass(crate::Decision),
+    /// Refuse it with this response (the decision in its extensions).
+    Refuse(Response),
+}
+
+/// Calls the decision hook, then refuses a request the decision blocks.
+fn answer(
+    limiter: &crate::limiter::PolicySnapshot,
+    options: &Options,
+    decision: crate::Decision,
+    identity: &crate::Identity,
+) -> Answer {
+    if let Some(hook) = &options.on_decision {
+        hook(&decision, identity);
+    }
+    if decision.allowed {
+        return Answer::Pass(decision);
+    }
+    let jitter = limiter.policy().resilience.retry_after_jitter;
+    let mut res = options.refuse(&Refusal::of_decision(&decision, jitter));
+    res.extensions_mut().insert(decision);
+    Answer::Refuse(res)
+}
+
+/// The request, with its decision for the handler (`Extension<Decision>`).
+fn pass_on<B>(mut parts: http::request::Parts, body: B, decision: &crate::Decision) -> Request<B> {
+    parts.extensions.insert(decision.clone());
+    Request::from_parts(parts, body)
 }

@@ -14,6 +14,9 @@ use crate::policy::{FailurePolicy, Limit, Policy, RouteRule, Scope, shares};
 use crate::store::Item;
 use crate::store::keys::{self, hash_identity};
 
+/// The compiled limits of one request, in order: on the stack for a few.
+pub(crate) type Limits<'a> = smallvec::SmallVec<[&'a CompiledLimit; 4]>;
+
 /// A limit ready to be keyed.
 #[derive(Debug, Clone)]
 pub(crate) struct CompiledLimit {
@@ -47,9 +50,45 @@ impl CompiledLimit {
     }
 }
 
+/// An identity-scoped key of one limit in one tier, cut around the
+/// identity hash. Cut from what [`keys::identity_key`] builds, so the key
+/// schema stays defined in one place.
+#[derive(Debug)]
+struct KeyFrame {
+    head: String,
+    tail: String,
+}
+
+impl KeyFrame {
+    fn new(prefix: &str, l: &CompiledLimit) -> Self {
+        const MARK: &str = "\u{0}";
+        let whole = keys::identity_key(prefix, MARK, None, &l.key_code);
+        let (head, tail) = whole.split_once(MARK).unwrap_or((&whole, ""));
+        Self {
+            head: head.to_owned(),
+            tail: tail.to_owned(),
+        }
+    }
+
+    /// The key of `identity_hash`, in one allocation.
+    fn key(&self, identity_hash: &str) -> String {
+        let mut key =
+            String::with_capacity(self.head.len() + identity_hash.len() + self.tail.len());
+        key.push_str(&self.head);
+        keys::push_identity(&mut key, identity_hash);
+        key.push_str(&self.tail);
+        key
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct CompiledTier {
     pub name: Arc<str>,
+    /// The key schema of this tier around the identity hash, per tier
+    /// limit then per route limit (same order as `limits`, `route_limits`):
+    /// a key is then one allocation of three parts.
+    identity_keys: Vec<KeyFrame>,
+    route_identity_keys: Vec<Vec<KeyFrame>>,
     pub split: u32,
     pub limits: Vec<CompiledLimit>,
     /// Route limits keyed for this tier, by route index.
@@ -130,12 +169,12 @@ impl Compiled {
             .iter()
             .map(|t| {
                 let split = t.split.max(1);
-                let limits = t
+                let limits: Vec<CompiledLimit> = t
                     .limits
                     .iter()
                     .map(|l| compile(&t.name, l, None, split))
                     .collect();
-                let route_limits = policy
+                let route_limits: Vec<Vec<CompiledLimit>> = policy
                     .routes
                     .iter()
                     .zip(&tags)
@@ -146,8 +185,18 @@ impl Compiled {
                             .collect()
                     })
                     .collect();
+                let frames = |ls: &[CompiledLimit]| -> Vec<KeyFrame> {
+                    ls.iter()
+                        .map(|l| KeyFrame::new(&policy.store.key_prefix, l))
+                        .collect()
+                };
+                let identity_keys = frames(&limits);
+                let route_identity_keys =
+                    route_limits.iter().map(|ls: &Vec<_>| frames(ls)).collect();
                 let tier = CompiledTier {
                     name: t.name.as_str().into(),
+                    identity_keys,
+                    route_identity_keys,
                     split,
                     limits,
                     route_limits,
@@ -193,17 +242,21 @@ impl Compiled {
         route: Option<usize>,
         identity: &Identity,
         local: bool,
-    ) -> (Vec<Item>, Vec<&'a CompiledLimit>) {
+    ) -> (Vec<Item>, Limits<'a>) {
         let route_limits = route.map_or(&[][..], |i| &tier.route_limits[i][..]);
         let route_tag = route.map_or(keys::ANY_ROUTE, |i| self.routes[i].tag.as_str());
         let part = (tier.split > 1).then(|| rand::random_range(0..tier.split));
         let mut ip_hash = None;
-        let limits: Vec<&CompiledLimit> = tier.limits.iter().chain(route_limits).collect();
+        let limits: Limits<'a> = tier.limits.iter().chain(route_limits).collect();
+        let route_frames = route.map_or(&[][..], |i| &tier.route_identity_keys[i][..]);
+        let frames = tier.identity_keys.iter().chain(route_frames);
         let items = limits
             .iter()
-            .map(|l| {
+            .zip(frames)
+            .map(|(l, frame)| {
                 let code = &l.key_code;
                 let key = match l.scope {
+                    Scope::Identity if part.is_none() => frame.key(identity.hash()),
                     Scope::Identity => {
                         keys::identity_key(&self.prefix, identity.hash(), part, code)
                     }
@@ -277,6 +330,22 @@ mod tests {
     fn keys_of(c: &Compiled, tier: &str, route: Option<usize>, id: &Identity) -> Vec<String> {
         let (items, _) = c.items(&c.tiers[tier], route, id, false);
         items.into_iter().map(|i| i.key).collect()
+    }
+
+    #[test]
+    fn identity_keys_are_the_ones_the_key_schema_builds() {
+        let c = Compiled::new(&policy());
+        let id = Identity::new(IdentityKind::ApiKey, "free_a");
+        let get = keys_of(&c, "free", Some(1), &id);
+        let free = &c.tiers["free"];
+        assert_eq!(
+            get[0],
+            keys::identity_key("rw", id.hash(), None, &free.limits[0].key_code)
+        );
+        assert_eq!(
+            get[2],
+            keys::identity_key("rw", id.hash(), None, &free.route_limits[1][0].key_code)
+        );
     }
 
     #[test]

@@ -16,9 +16,10 @@ use std::time::Duration;
 
 use parking_lot::RwLock;
 
+use super::assemble::build;
 use super::compiled::{CompiledLimit, CompiledTier};
 use super::live::Live;
-use super::{Decision, DecisionPath, LimitReport, Limiter, Source, build};
+use super::{Decision, DecisionPath, LimitReport, Limiter, Source};
 use crate::clock::Clock;
 use crate::identity::Identity;
 use crate::policy::FailurePolicy;

@@ -17,20 +17,23 @@
 //! # });
 //! ```
 
+mod ask;
+mod assemble;
 mod compiled;
+mod decide;
 mod decision;
 mod fallback;
 mod identify;
 mod leased;
 mod live;
 mod metrics_handler;
+mod record;
 mod reload;
 mod snapshot;
 mod store_metrics;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 pub use decision::{Decision, DecisionPath, LimitReport, Source};
 pub use live::{PolicyVersion, RouteMatch};
@@ -38,19 +41,19 @@ pub use reload::{PolicyStatus, ReloadAttempt, ReloadError, ReloadOutcome};
 pub use snapshot::PolicySnapshot;
 
 use arc_swap::ArcSwap;
-use compiled::CompiledLimit;
+use ask::StoreFailure;
+use assemble::build;
 use fallback::LocalFallback;
 use live::{Live, Plugins};
 use store_metrics::StoreMetrics;
 
 use crate::Error;
-use crate::algorithm::Verdict;
 use crate::clock::{Clock, SystemClock};
 use crate::identity::{Identity, KeyExtractor, TierResolver};
-use crate::policy::{FailurePolicy, Policy};
-use crate::resilience::{Change, ShardBreakers};
-use crate::store::{Batch, Store, StoreDecision};
-use crate::telemetry::{Event, FallbackReason, Outcome, Telemetry};
+use crate::policy::Policy;
+use crate::resilience::ShardBreakers;
+use crate::store::Store;
+use crate::telemetry::Telemetry;
 
 /// A rate limiter: a policy, a store and the telemetry around them.
 /// Cheap to clone; clones share everything.
@@ -147,12 +150,14 @@ impl LimiterBuilder {
         let observer: Arc<dyn crate::store::StoreObserver> = Arc::new(StoreMetrics);
         store.observe(observer.clone());
         let breakers = (store.kind() != "memory").then(|| {
-            ShardBreakers::with_probes(
+            let breakers = ShardBreakers::with_probes(
                 policy.resilience.breaker,
                 self.clock.clone(),
                 store.clone(),
                 policy.store.timeout,
-            )
+            );
+            breakers.observe(Arc::new(StoreMetrics));
+            breakers
         });
         let plugins = Plugins {
             resolver: self.resolver,
@@ -275,378 +280,6 @@ impl Limiter {
         route: Option<RouteMatch>,
     ) -> Decision {
         self.snapshot().peek(identity, tier, route.as_ref()).await
-    }
-
-    /// Decides under one policy generation, `live`, from start to end.
-    async fn run(
-        &self,
-        live: &Live,
-        identity: &Identity,
-        tier: &str,
-        route_idx: Option<usize>,
-        peek: bool,
-    ) -> Decision {
-        let inner = &*self.inner;
-        let c = &live.compiled;
-        let tier = c
-            .tiers
-            .get(tier)
-            .or_else(|| c.tiers.get(&live.policy.identity.default_tier))
-            .or_else(|| c.tiers.values().next());
-        let Some(tier) = tier else {
-            // A policy without tiers limits nothing.
-            return Decision {
-                allowed: true,
-                tier: "".into(),
-                limits: Vec::new(),
-                retry_after: None,
-                delay: Duration::ZERO,
-                source: Source::Store {
-                    shard: "memory".into(),
-                },
-                outcome: Outcome::Allowed,
-                store_rtt: None,
-                decided_at: inner.clock.now_us(),
-                path: DecisionPath::Store,
-            };
-        };
-        let cost = route_idx.map_or(1, |i| c.routes[i].rule.cost);
-        let (items, limits) = c.items(tier, route_idx, identity, false);
-        let batch = if peek {
-            Batch::peek(&items)
-        } else {
-            Batch::consume(&items, cost)
-        };
-        let failure = route_idx.map_or(c.default_failure, |i| c.routes[i].failure);
-        let leased = if peek {
-            None
-        } else {
-            self.decide_leased(
-                live, tier, route_idx, identity, &items, &limits, cost, failure,
-            )
-            .await
-        };
-        let decision = match leased {
-            Some(d) => d,
-            None => {
-                self.decide_exact(
-                    live, tier, route_idx, identity, &batch, failure, &limits, false,
-                )
-                .await
-                .0
-            }
-        };
-        if !peek {
-            self.record(live, &decision, route_idx, identity, cost);
-        }
-        decision
-    }
-
-    /// One store decision of `batch`, or the failure policy's answer when
-    /// the store gave none; with the store's own answer if `keep` and it
-    /// gave one.
-    #[allow(clippy::too_many_arguments)]
-    async fn decide_exact(
-        &self,
-        live: &Live,
-        tier: &compiled::CompiledTier,
-        route_idx: Option<usize>,
-        identity: &Identity,
-        batch: &Batch<'_>,
-        failure: FailurePolicy,
-        limits: &[&CompiledLimit],
-        keep: bool,
-    ) -> (Decision, Option<StoreDecision>) {
-        match self.ask_store(batch, live.policy.store.timeout).await {
-            Ok(d) => {
-                let source = Source::Store {
-                    shard: d.shard.clone(),
-                };
-                let kept = keep.then(|| d.clone());
-                (build(tier.name.clone(), limits, d, source, None), kept)
-            }
-            Err(f) => (
-                self.failed_over(live, tier, route_idx, identity, batch, failure, limits, f),
-                None,
-            ),
-        }
-    }
-
-    /// The failure policy's answer for `batch` after the store failed `f`.
-    #[allow(clippy::too_many_arguments)]
-    fn failed_over(
-        &self,
-        live: &Live,
-        tier: &compiled::CompiledTier,
-        route_idx: Option<usize>,
-        identity: &Identity,
-        batch: &Batch<'_>,
-        failure: FailurePolicy,
-        limits: &[&CompiledLimit],
-        f: StoreFailure,
-    ) -> Decision {
-        let shard = f.shard.unwrap_or_else(|| "memory".into());
-        let mut d = self.fallback(
-            live, tier, route_idx, identity, batch, shard, f.reason, failure, limits,
-        );
-        // Failing closed behind an open breaker: retry once it lets a
-        // probe through.
-        if let (Some(wait), Some(retry), FailurePolicy::Closed) =
-            (f.breaker_wait, d.retry_after.as_mut(), failure)
-        {
-            *retry = wait.max(Duration::from_secs(1));
-        }
-        d
-    }
-
-    /// One store call within the decision budget, through the breaker of
-    /// every shard the request touches (one, unless a cluster request spans
-    /// slots). A timed-out call is never retried. On failure: the reason,
-    /// how long until an open breaker lets a probe go, and the shard to
-    /// blame.
-    async fn ask_store(
-        &self,
-        batch: &Batch<'_>,
-        budget: Duration,
-    ) -> Result<StoreDecision, StoreFailure> {
-        self.ask_store_for(batch, budget, false)
-            .await
-            .map(|(d, _)| d)
-    }
-
-    /// [`Limiter::ask_store`], keeping what an admitted decision charged
-    /// when `charged` (a lease take).
-    async fn ask_store_for(
-        &self,
-        batch: &Batch<'_>,
-        budget: Duration,
-        charged: bool,
-    ) -> Result<(StoreDecision, Option<crate::store::Charge>), StoreFailure> {
-        let inner = &*self.inner;
-        if inner.breakers.is_none() {
-            // The memory store: no breaker, no timer, no shard to gather.
-            return inner
-                .store
-                .decide(batch)
-                .await
-                .map(|d| (d, None))
-                .map_err(|e| {
-                    tracing::debug!(error = %e, "store could not decide");
-                    StoreFailure {
-                        reason: if e.is_timeout() {
-                            FallbackReason::Timeout
-                        } else {
-                            FallbackReason::Error
-                        },
-                        breaker_wait: None,
-                        shard: e
-                            .shard()
-                            .cloned()
-                            .or_else(|| batch.items.first().map(|i| inner.store.shard_for(&i.key))),
-                    }
-                });
-        }
-        let mut shards: Vec<Arc<str>> = Vec::with_capacity(1);
-        for item in batch.items {
-            let shard = inner.store.shard_for(&item.key);
-            if !shards.contains(&shard) {
-                shards.push(shard);
-            }
-        }
-        // Guards, not bare permits: if this future is dropped (client gone,
-        // timeout around the service) or panics before reporting, each
-        // permit goes back, so a probe is never lost.
-        let mut permits = Vec::with_capacity(shards.len());
-        if let Some(b) = &inner.breakers {
-            for shard in &shards {
-                match b.enter(shard) {
-                    Ok(p) => permits.push(p),
-                    Err(refused) => {
-                        // The call will not be made: the permits granted so
-                        // far (perhaps a probe) go back as they are dropped.
-                        return Err(StoreFailure {
-                            reason: FallbackReason::BreakerOpen,
-                            breaker_wait: Some(Duration::from_micros(refused.retry_after_us)),
-                            shard: Some(shard.clone()),
-                        });
-                    }
-                }
-            }
-        }
-        let decide = async {
-            if charged {
-                inner.store.decide_charged(batch).await
-            } else {
-                inner.store.decide(batch).await.map(|d| (d, None))
-            }
-        };
-        // A store without breakers (the memory store) never waits on
-        // anything: no timer is needed around it.
-        let answer = if inner.breakers.is_some() {
-            tokio::time::timeout(budget, decide).await
-        } else {
-            Ok(decide.await)
-        };
-        let result = match answer {
-            Ok(Ok(d)) => Ok(d),
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "store could not decide");
-                let reason = if e.is_timeout() {
-                    FallbackReason::Timeout
-                } else {
-                    FallbackReason::Error
-                };
-                Err((reason, e.shard().cloned()))
-            }
-            Err(_) => Err((FallbackReason::Timeout, None)),
-        };
-        for permit in permits {
-            let shard = permit.shard().clone();
-            // A failure the store pinned on one shard counts against that
-            // shard only; the others' permits go back unreported (their
-            // part may or may not have answered). An unattributed failure
-            // counts against every shard asked.
-            let ok = match &result {
-                Ok(_) => true,
-                Err((_, Some(failed))) if *failed != shard => continue,
-                Err(_) => false,
-            };
-            match permit.report(ok) {
-                Change::Tripped(trip) => {
-                    inner.telemetry.record_breaker_trip(&shard);
-                    tracing::warn!(%shard, reason = ?trip.reason, "circuit breaker opened");
-                }
-                Change::Closed => {
-                    // Back to the store after a successful probe. The
-                    // local fallback keeps its counts: they expire on
-                    // their own windows, so a breaker that flaps does
-                    // not hand out a fresh local share each time.
-                    tracing::info!(%shard, "circuit breaker closed");
-                }
-                Change::None => {}
-            }
-        }
-        result.map_err(|(reason, failed)| StoreFailure {
-            reason,
-            breaker_wait: None,
-            shard: failed.or_else(|| shards.first().cloned()),
-        })
-    }
-
-    /// Every shard's breaker state (empty for the memory store).
-    pub fn breaker_states(&self) -> Vec<(Arc<str>, crate::resilience::BreakerState)> {
-        self.inner
-            .breakers
-            .as_ref()
-            .map_or_else(Vec::new, ShardBreakers::states)
-    }
-
-    fn record(
-        &self,
-        live: &Live,
-        d: &Decision,
-        route: Option<usize>,
-        identity: &Identity,
-        cost: u64,
-    ) {
-        let c = &live.compiled;
-        // A fallback that counted nothing exceeded nothing.
-        let exceeded: Vec<Arc<str>> = d
-            .limits
-            .iter()
-            .filter(|l| d.state_known() && !l.allowed)
-            .map(|l| l.name.clone())
-            .collect();
-        let fallback = match &d.source {
-            Source::Fallback { reason, policy, .. } => Some((*reason, *policy)),
-            Source::Store { .. } => None,
-        };
-        let event = Event {
-            tier: d.tier.clone(),
-            route: route.map_or_else(|| c.any_route.clone(), |i| c.routes[i].label.clone()),
-            limit: d.most_constraining().map(|l| l.name.clone()),
-            exceeded,
-            outcome: d.outcome,
-            shard: d.source.shard().clone(),
-            identity: identity.display(live.policy.telemetry.key_display),
-            cost,
-            redis_rtt: d.store_rtt,
-            fallback,
-        };
-        self.inner.telemetry.record(&event);
-    }
-}
-
-/// Why the store gave no decision.
-struct StoreFailure {
-    reason: FallbackReason,
-    /// How long until an open breaker lets a probe go.
-    breaker_wait: Option<Duration>,
-    /// The shard to blame (and to label the fallback with).
-    shard: Option<Arc<str>>,
-}
-
-fn build(
-    tier: Arc<str>,
-    limits: &[&CompiledLimit],
-    d: StoreDecision,
-    source: Source,
-    local_items: Option<&[crate::store::Item]>,
-) -> Decision {
-    let reports: Vec<LimitReport> = limits
-        .iter()
-        .zip(&d.verdicts)
-        .enumerate()
-        .map(|(i, (l, v))| report(l, v, local_items.map(|items| &items[i])))
-        .collect();
-    let retry_after = (!d.allowed).then(|| {
-        reports
-            .iter()
-            .filter(|r| !r.shadow && !r.allowed)
-            .map(|r| r.retry_after)
-            .max()
-            .unwrap_or(Duration::from_secs(1))
-    });
-    // A shadow shaper reports its delay but never holds a request.
-    let delay = d
-        .verdicts
-        .iter()
-        .zip(limits)
-        .filter(|(_, l)| !l.shadow)
-        .map(|(v, _)| v.delay_us)
-        .max()
-        .map_or(Duration::ZERO, Duration::from_micros);
-    let shadow_blocked = reports.iter().any(|r| r.shadow && !r.allowed);
-    let outcome = match (d.allowed, shadow_blocked) {
-        (false, _) => Outcome::Blocked,
-        (true, true) => Outcome::ShadowBlocked,
-        (true, false) => Outcome::Allowed,
-    };
-    Decision {
-        allowed: d.allowed,
-        tier,
-        limits: reports,
-        retry_after,
-        delay: if d.allowed { delay } else { Duration::ZERO },
-        source,
-        outcome,
-        store_rtt: d.rtt,
-        decided_at: d.now,
-        path: DecisionPath::Store,
-    }
-}
-
-fn report(l: &CompiledLimit, v: &Verdict, local: Option<&crate::store::Item>) -> LimitReport {
-    let algorithm = local.map_or(&l.algorithm, |i| &i.algorithm);
-    LimitReport {
-        name: l.name.clone(),
-        quota: algorithm.quota(),
-        window_secs: algorithm.window_secs(),
-        remaining: v.remaining,
-        reset_after: Duration::from_micros(v.reset_after_us),
-        retry_after: Duration::from_micros(v.retry_after_us),
-        allowed: v.allowed,
-        shadow: l.shadow,
     }
 }
 

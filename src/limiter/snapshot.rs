@@ -96,9 +96,27 @@ impl PolicySnapshot {
         route: Option<&RouteMatch>,
     ) -> Decision {
         let live = route.map_or(&self.live, |r| &r.live);
+        let route = route.map(|r| r.index);
+        // A store that decides in process needs no future at all.
+        if let Some(d) = self.limiter.run_now(live, identity, tier, route, false) {
+            return d;
+        }
+        self.limiter.run(live, identity, tier, route, false).await
+    }
+
+    /// [`PolicySnapshot::check`] without a future: the decision, recorded,
+    /// when the store decides in process (the memory store); `None`, having
+    /// decided and recorded nothing, when only [`PolicySnapshot::check`] can
+    /// ask it (Redis).
+    pub fn check_now(
+        &self,
+        identity: &Identity,
+        tier: &str,
+        route: Option<&RouteMatch>,
+    ) -> Option<Decision> {
+        let live = route.map_or(&self.live, |r| &r.live);
         self.limiter
-            .run(live, identity, tier, route.map(|r| r.index), false)
-            .await
+            .run_now(live, identity, tier, route.map(|r| r.index), false)
     }
 
     /// Reports every limit's quota for `identity` without consuming any.
@@ -109,8 +127,10 @@ impl PolicySnapshot {
         route: Option<&RouteMatch>,
     ) -> Decision {
         let live = route.map_or(&self.live, |r| &r.live);
-        self.limiter
-            .run(live, identity, tier, route.map(|r| r.index), true)
-            .await
+        let route = route.map(|r| r.index);
+        if let Some(d) = self.limiter.run_now(live, identity, tier, route, true) {
+            return d;
+        }
+        self.limiter.run(live, identity, tier, route, true).await
     }
 }

@@ -1,7 +1,9 @@
-//! What a store reports besides its decisions, turned into metrics. The
-//! store knows only the [`StoreObserver`] trait; the limiter, which sits
-//! above both, connects it to telemetry.
+//! What a store and its breakers report besides decisions, turned into
+//! metrics. The store knows only the [`StoreObserver`] trait, the breakers
+//! only [`BreakerObserver`]; the limiter, which sits above them, connects
+//! both to telemetry.
 
+use crate::resilience::{BreakerObserver, BreakerState};
 use crate::store::StoreObserver;
 use crate::telemetry::metrics;
 
@@ -16,5 +18,17 @@ impl StoreObserver for StoreMetrics {
 
     fn evicted(&self, shard: &str, n: u64) {
         metrics::record_store_evictions(shard, n);
+    }
+}
+
+/// Sets `ratewatch_breaker_state` (and the fleet view's breaker column) and
+/// counts trips found by health probes in `ratewatch_breaker_trips_total`.
+impl BreakerObserver for StoreMetrics {
+    fn state(&self, shard: &str, state: BreakerState) {
+        metrics::record_breaker_state(shard, state.as_gauge());
+    }
+
+    fn probe_tripped(&self, shard: &str) {
+        metrics::record_breaker_trip(shard);
     }
 }

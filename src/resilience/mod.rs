@@ -42,4 +42,4 @@ mod shards;
 
 pub use breaker::{Breaker, BreakerState, Permit, Refused, Transition, Trip, TripReason};
 pub use permit::PermitGuard;
-pub use shards::{Change, ShardBreakers};
+pub use shards::{BreakerObserver, Change, ShardBreakers};

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use super::Change;
 use super::shards::{ShardBreakers, Shared};
-use crate::telemetry::metrics;
 
 /// Starts `shard`'s probe task unless it runs already or the breakers have
 /// no prober (or there is no runtime: requests then probe once the check is
@@ -76,7 +75,7 @@ async fn run(shared: Weak<Shared>, shard: Arc<str>) {
         };
         match guard.report(ok) {
             Change::Closed => tracing::info!(%shard, "circuit breaker closed after a health probe"),
-            Change::Tripped(_) => metrics::record_breaker_trip(&shard),
+            Change::Tripped(_) => breakers.note_probe_trip(&shard),
             Change::None => {}
         }
     }

@@ -17,7 +17,19 @@ use super::{Breaker, BreakerState, Permit, Refused, Trip};
 use crate::clock::{Clock, Micros, SystemClock};
 use crate::policy::BreakerSettings;
 use crate::store::Store;
-use crate::telemetry::metrics;
+
+/// Hears what the breakers do, so that telemetry can show it while
+/// resilience knows nothing of telemetry (the limiter plugs one in).
+/// Calls come from the request path and must be cheap.
+pub trait BreakerObserver: Send + Sync + 'static {
+    /// `shard`'s breaker is now in `state` (also called once, closed, when
+    /// a shard is first seen).
+    fn state(&self, shard: &str, state: BreakerState);
+
+    /// `shard`'s breaker opened after a failed health probe (a trip
+    /// reported by a request is the caller's to count).
+    fn probe_tripped(&self, shard: &str);
+}
 
 /// What a report changed.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -45,6 +57,8 @@ pub(super) struct Shared {
     pub(super) prober: Option<(Arc<dyn Store>, Duration)>,
     /// Shards whose probe task is running.
     pub(super) probing: Mutex<HashSet<Arc<str>>>,
+    /// Who hears of state changes, once set.
+    observer: std::sync::OnceLock<Arc<dyn BreakerObserver>>,
 }
 
 impl std::fmt::Debug for ShardBreakers {
@@ -100,7 +114,27 @@ impl ShardBreakers {
                 breakers: RwLock::new(HashMap::new()),
                 prober,
                 probing: Mutex::new(HashSet::new()),
+                observer: std::sync::OnceLock::new(),
             }),
+        }
+    }
+
+    /// Reports every state change (and every shard first seen) to
+    /// `observer` from now on. Set once; later calls are ignored.
+    pub fn observe(&self, observer: Arc<dyn BreakerObserver>) {
+        let _ = self.shared.observer.set(observer);
+    }
+
+    fn note(&self, shard: &str, state: BreakerState) {
+        if let Some(o) = self.shared.observer.get() {
+            o.state(shard, state);
+        }
+    }
+
+    /// Tells the observer that a health probe failed and reopened `shard`.
+    pub(super) fn note_probe_trip(&self, shard: &str) {
+        if let Some(o) = self.shared.observer.get() {
+            o.probe_tripped(shard);
         }
     }
 
@@ -116,7 +150,7 @@ impl ShardBreakers {
         let mut map = self.shared.breakers.write();
         map.entry(shard.clone())
             .or_insert_with(|| {
-                metrics::record_breaker_state(shard, BreakerState::Closed.as_gauge());
+                self.note(shard, BreakerState::Closed);
                 let breaker = Breaker::new(self.shared.settings);
                 let breaker = if self.shared.prober.is_some() {
                     breaker.health_checked()
@@ -144,7 +178,7 @@ impl ShardBreakers {
         let permit = b.acquire(now);
         let after = b.state();
         if before != after {
-            metrics::record_breaker_state(shard, after.as_gauge());
+            self.note(shard, after);
         }
         permit
     }
@@ -154,7 +188,7 @@ impl ShardBreakers {
         let breaker = self.breaker(shard);
         let mut b = breaker.lock();
         let permit = b.acquire_probe(self.now())?;
-        metrics::record_breaker_state(shard, b.state().as_gauge());
+        self.note(shard, b.state());
         drop(b);
         Some(PermitGuard::new(self.clone(), shard.clone(), permit))
     }
@@ -171,7 +205,7 @@ impl ShardBreakers {
         let before = b.state();
         b.release(permit, now);
         if b.state() != before {
-            metrics::record_breaker_state(shard, b.state().as_gauge());
+            self.note(shard, b.state());
         }
     }
 
@@ -182,11 +216,11 @@ impl ShardBreakers {
         let change = if ok {
             match b.on_success(permit, now) {
                 Some(t) if t.to == BreakerState::Closed => {
-                    metrics::record_breaker_state(shard, t.to.as_gauge());
+                    self.note(shard, t.to);
                     Change::Closed
                 }
                 Some(t) => {
-                    metrics::record_breaker_state(shard, t.to.as_gauge());
+                    self.note(shard, t.to);
                     Change::None
                 }
                 None => Change::None,
@@ -194,7 +228,7 @@ impl ShardBreakers {
         } else {
             match b.on_failure(permit, now) {
                 Some(trip) => {
-                    metrics::record_breaker_state(shard, BreakerState::Open.as_gauge());
+                    self.note(shard, BreakerState::Open);
                     Change::Tripped(trip)
                 }
                 None => Change::None,

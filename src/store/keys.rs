@@ -179,6 +179,12 @@ fn push_dense(out: &mut String, hex: &str) {
     push_base64url(out, &bytes);
 }
 
+/// Appends `identity_hash` (from [`hash_identity`]) as [`identity_key`]
+/// writes it inside the tag, for a caller that cuts keys around it.
+pub fn push_identity(out: &mut String, identity_hash: &str) {
+    push_dense(out, identity_hash);
+}
+
 /// The short code of an algorithm's state shape, part of a limit's code.
 pub fn algorithm_code(algorithm: &Algorithm) -> &'static str {
     match algorithm {

@@ -25,9 +25,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::{Mutex, MutexGuard, RwLock};
+use smallvec::SmallVec;
 
 use super::{Batch, Store, StoreDecision, StoreError, StoreObserver, all_enforced_allow, uncharge};
-use crate::algorithm::State;
+use crate::algorithm::{State, Step};
 use crate::clock::{Clock, MICROS_PER_SEC, Micros, SystemClock};
 use crate::policy::DEFAULT_MAX_ENTRIES;
 
@@ -302,14 +303,19 @@ impl MemoryStore {
     }
 
     /// Decides a batch synchronously (the store never awaits).
+    ///
+    /// A request has a few limits: their shards, guards and steps live on
+    /// the stack, so a decision allocates only the verdicts it returns.
     pub fn decide_now(&self, batch: &Batch<'_>) -> StoreDecision {
         let now = batch.now.unwrap_or_else(|| self.clock.now_us());
-        let located: Vec<(usize, Key)> = batch.items.iter().map(|i| self.locate(&i.key)).collect();
-        let idx: Vec<usize> = located.iter().map(|&(shard, _)| shard).collect();
-        let mut order = idx.clone();
+        if let [item] = batch.items {
+            return self.decide_one(item, batch, now);
+        }
+        let located: Few<(usize, Key)> = batch.items.iter().map(|i| self.locate(&i.key)).collect();
+        let mut order: Few<usize> = located.iter().map(|&(shard, _)| shard).collect();
         order.sort_unstable();
         order.dedup();
-        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
+        let mut guards: Few<(usize, MutexGuard<'_, Shard>)> =
             order.iter().map(|&i| (i, self.shards[i].lock())).collect();
         for (_, g) in guards.iter_mut() {
             if now >= g.swept_at.saturating_add(SWEEP_INTERVAL_US) {
@@ -324,7 +330,7 @@ impl MemoryStore {
         };
 
         let cost = batch.effective_cost();
-        let mut steps = Vec::with_capacity(batch.items.len());
+        let mut steps: Few<Step> = Few::with_capacity(batch.items.len());
         for (item, &(shard, key)) in batch.items.iter().zip(&located) {
             let g = guard(&guards, shard);
             let state = guards[g].1.live(key, now);
@@ -337,7 +343,7 @@ impl MemoryStore {
             // Room is made for every new key of the request before any is
             // written, so a full shard never evicts what this request just
             // charged.
-            let mut new_keys = vec![0usize; guards.len()];
+            let mut new_keys: Few<usize> = smallvec::smallvec![0; guards.len()];
             for (&(shard, key), step) in located.iter().zip(&steps) {
                 let g = guard(&guards, shard);
                 if step.state.is_some() && !guards[g].1.map.contains_key(&key) {
@@ -366,12 +372,7 @@ impl MemoryStore {
             uncharge(batch.items, &mut verdicts, cost);
         }
         drop(guards);
-        if evicted > 0 {
-            self.evictions.fetch_add(evicted, Ordering::Relaxed);
-            if let Some(o) = self.observer.read().as_ref() {
-                o.evicted(&self.shard_label, evicted);
-            }
-        }
+        self.report_evictions(evicted);
         StoreDecision {
             allowed,
             verdicts,
@@ -382,10 +383,62 @@ impl MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// [`MemoryStore::decide_now`] for a request with one limit (the
+    /// common case): one shard, one lock, nothing gathered.
+    fn decide_one(&self, item: &super::Item, batch: &Batch<'_>, now: Micros) -> StoreDecision {
+        let (shard, key) = self.locate(&item.key);
+        let cost = batch.effective_cost();
+        let mut g = self.shards[shard].lock();
+        if now >= g.swept_at.saturating_add(SWEEP_INTERVAL_US) {
+            g.sweep(now);
+        }
+        let step = item.algorithm.decide(g.live(key, now), now, cost);
+        let mut verdicts = vec![step.verdict];
+        let allowed = item.shadow || step.verdict.allowed;
+        let mut evicted = 0;
+        if allowed && !batch.peek {
+            if let Some(state) = step.state {
+                if !g.map.contains_key(&key) {
+                    evicted += g.make_room(1, now);
+                }
+                g.put(key, state, now + step.ttl_us.max(1), now);
+            }
+        } else if !allowed {
+            uncharge(std::slice::from_ref(item), &mut verdicts, cost);
+        }
+        drop(g);
+        self.report_evictions(evicted);
+        StoreDecision {
+            allowed,
+            verdicts,
+            shard: self.shard_label.clone(),
+            now,
+            rtt: None,
+        }
+    }
+
+    fn report_evictions(&self, evicted: u64) {
+        if evicted > 0 {
+            self.evictions.fetch_add(evicted, Ordering::Relaxed);
+            if let Some(o) = self.observer.read().as_ref() {
+                o.evicted(&self.shard_label, evicted);
+            }
+        }
+    }
+}
+
+/// Per-limit scratch of one decision: on the stack up to four limits.
+type Few<T> = SmallVec<[T; 4]>;
+
 #[async_trait::async_trait]
 impl Store for MemoryStore {
     async fn decide(&self, batch: &Batch<'_>) -> Result<StoreDecision, StoreError> {
         Ok(self.decide_now(batch))
+    }
+
+    fn decide_sync(&self, batch: &Batch<'_>) -> Option<Result<StoreDecision, StoreError>> {
+        Some(Ok(self.decide_now(batch)))
     }
 
     fn shard_for(&self, _key: &str) -> Arc<str> {

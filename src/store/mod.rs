@@ -147,6 +147,15 @@ pub trait Store: Send + Sync + 'static {
     /// Decides (or, with [`Batch::peek`], reports) all limits of a request.
     async fn decide(&self, batch: &Batch<'_>) -> Result<StoreDecision, StoreError>;
 
+    /// Decides `batch` here and now, without a future, if this store never
+    /// waits (the memory store); `None` (the default) sends the batch to
+    /// [`Store::decide`]. The limiter asks a store without breakers this
+    /// first, so the layer can answer from `call` with no boxed future.
+    fn decide_sync(&self, batch: &Batch<'_>) -> Option<Result<StoreDecision, StoreError>> {
+        let _ = batch;
+        None
+    }
+
     /// The shard that would decide `key` (for breakers and labels).
     fn shard_for(&self, key: &str) -> Arc<str>;
 

@@ -18,13 +18,12 @@ use super::{Event, Outcome, TopK};
 /// come from the policy, so a real deployment stays far below it.
 pub const MAX_SERIES: usize = 4096;
 
-/// Counter series key: tier, route, shard, outcome.
-pub(crate) type SeriesKey = (Arc<str>, Arc<str>, Arc<str>, Outcome);
+use super::series::Series;
 
 /// The aggregate of one flush interval.
 #[derive(Debug)]
 pub(crate) struct Batch {
-    pub counters: AHashMap<SeriesKey, u64>,
+    pub counters: Series,
     /// Blocked requests per `cause|identity` (see [`parse_blocked_member`]).
     pub top: TopK,
     /// Decisions per `tier|shard|identity`, blocked or not: the hot keys.
@@ -37,28 +36,58 @@ pub(crate) struct Batch {
     pub events: u64,
     /// Reused to build top-K members without an allocation per event.
     scratch: String,
+    /// The latest run of decisions of one hot-key member, not yet in
+    /// `hot`: a client deciding again and again touches the top-K once per
+    /// run, not once per decision. Exact: [`Batch::settle`] adds it before
+    /// `hot` is read.
+    run: Run,
+}
+
+/// Consecutive decisions of one (tier, shard, identity).
+#[derive(Debug, Default)]
+struct Run {
+    /// The labels (kept alive, so their addresses identify them).
+    labels: Option<(Arc<str>, Arc<str>)>,
+    identity: String,
+    count: u64,
+}
+
+impl Run {
+    fn is_of(&self, e: &Event) -> bool {
+        self.labels.as_ref().is_some_and(|(tier, shard)| {
+            Arc::ptr_eq(tier, &e.tier)
+                && Arc::ptr_eq(shard, &e.shard)
+                && self.identity == e.identity
+        })
+    }
 }
 
 impl Batch {
     pub fn new(top_keys: usize) -> Self {
         Self {
-            counters: AHashMap::new(),
+            counters: Series::new(MAX_SERIES),
             top: TopK::new(top_keys),
             hot: TopK::new(top_keys),
             rtt: AHashMap::new(),
             overflow: 0,
             events: 0,
             scratch: String::new(),
+            run: Run::default(),
+        }
+    }
+
+    /// Adds the pending run of hot-key decisions to `hot`; call before
+    /// reading `hot`.
+    pub fn settle(&mut self) {
+        if let Some((tier, shard)) = self.run.labels.take() {
+            write_member(&mut self.scratch, &[&tier, &shard, &self.run.identity]);
+            self.hot.add(&self.scratch, self.run.count);
+            self.run.count = 0;
         }
     }
 
     pub fn add(&mut self, e: &Event) {
-        let key = (e.tier.clone(), e.route.clone(), e.shard.clone(), e.outcome);
-        if let Some(n) = self.counters.get_mut(&key) {
-            *n += 1;
-        } else if self.counters.len() < MAX_SERIES {
-            self.counters.insert(key, 1);
-        } else {
+        if !self.counters.add_event(e) {
             self.overflow += 1;
             return;
         }
@@ -67,8 +96,15 @@ impl Batch {
             write_member(&mut self.scratch, &[cause, &e.identity]);
             self.top.add(&self.scratch, 1);
         }
-        write_member(&mut self.scratch, &[&e.tier, &e.shard, &e.identity]);
-        self.hot.add(&self.scratch, 1);
+        if self.run.is_of(e) {
+            self.run.count += 1;
+        } else {
+            self.settle();
+            self.run.labels = Some((e.tier.clone(), e.shard.clone()));
+            self.run.identity.clear();
+            self.run.identity.push_str(&e.identity);
+            self.run.count = 1;
+        }
         if let Some(rtt) = e.redis_rtt {
             let secs = rtt.as_secs_f64();
             let slot = RTT_BUCKETS
@@ -225,6 +261,7 @@ impl Flat {
         trips: Vec<(String, u64)>,
         breakers: Vec<(String, u64)>,
     ) -> Self {
+        b.settle();
         let counters = b
             .counters
             .drain()
@@ -300,6 +337,44 @@ pub(crate) fn parse_rtt_field(f: &str) -> Option<(&str, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hot_keys_count_every_decision_exactly_whether_runs_are_long_or_interleaved() {
+        let (free, pro, memory) = (Arc::from("free"), Arc::from("pro"), Arc::from("memory"));
+        let event = |tier: &Arc<str>, identity: &str| Event {
+            tier: tier.clone(),
+            route: Arc::from("*"),
+            limit: None,
+            exceeded: Vec::new(),
+            outcome: Outcome::Allowed,
+            shard: Arc::clone(&memory),
+            identity: identity.into(),
+            cost: 1,
+            redis_rtt: None,
+            fallback: None,
+        };
+        let mut b = Batch::new(10);
+        for _ in 0..5 {
+            b.add(&event(&free, "a"));
+        }
+        for i in 0..6 {
+            b.add(&event(&free, if i % 2 == 0 { "a" } else { "b" }));
+        }
+        // The same identity in another tier is another member.
+        b.add(&event(&pro, "a"));
+        b.add(&event(&free, "a"));
+        let flat = Flat::from_batch(b, Vec::new(), Vec::new());
+        let mut hot = flat.hot;
+        hot.sort();
+        assert_eq!(
+            hot,
+            vec![
+                ("free|memory|a".to_owned(), 9),
+                ("free|memory|b".to_owned(), 3),
+                ("pro|memory|a".to_owned(), 1),
+            ]
+        );
+    }
 
     #[test]
     fn counter_and_rtt_fields_read_back_as_written_even_with_a_pipe_in_the_route() {

@@ -46,6 +46,7 @@ mod memory_view;
 pub mod metrics;
 #[cfg(feature = "redis-store")]
 mod redis_sink;
+mod series;
 mod sharded;
 mod topk;
 
@@ -273,6 +274,13 @@ impl Telemetry {
         if let Some(inner) = &self.inner {
             inner.batch.add(event);
         }
+    }
+
+    /// Whether events' identities are kept (the fleet view's top keys): a
+    /// metrics-only pipeline never reads them, so callers may leave them
+    /// empty.
+    pub(crate) fn keeps_identities(&self) -> bool {
+        self.inner.is_some()
     }
 
     /// Counts a breaker trip in Prometheus and in the fleet view.

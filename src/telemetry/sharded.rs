@@ -69,7 +69,7 @@ impl ShardedBatch {
         for p in self.parts.iter() {
             let b = p.0.lock();
             events += b.events;
-            series.extend(b.counters.keys().cloned());
+            series.extend(b.counters.iter().map(|(key, _)| key.clone()));
             identities.extend(b.top.top().into_iter().map(|(k, _)| k));
         }
         Backlog {
@@ -82,14 +82,11 @@ impl ShardedBatch {
 
 /// Adds `from` into `into`, within the same bounds one part keeps.
 fn merge(into: &mut Batch, mut from: Batch) {
+    from.settle();
     into.events += from.events;
     into.overflow += from.overflow;
     for (key, n) in from.counters.drain() {
-        if let Some(c) = into.counters.get_mut(&key) {
-            *c += n;
-        } else if into.counters.len() < MAX_SERIES {
-            into.counters.insert(key, n);
-        } else {
+        if !into.counters.add(key, n) {
             into.overflow += n;
             into.events = into.events.saturating_sub(n);
         }

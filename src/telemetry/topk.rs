@@ -67,11 +67,20 @@ impl TopK {
             return;
         }
         // Full: the smallest entry (the root) gives its slot and its count
-        // to the newcomer.
-        let old = std::mem::replace(&mut self.entries[0].key, key.to_owned());
-        self.index.remove(&old);
-        self.index.insert(key.to_owned(), 0);
-        self.entries[0].count += n;
+        // to the newcomer. With many distinct identities this runs on every
+        // decision: the evicted member's two strings are reused, not
+        // reallocated.
+        let root = &mut self.entries[0];
+        let mut indexed = match self.index.remove_entry(root.key.as_str()) {
+            Some((k, _)) => k,
+            None => String::new(),
+        };
+        indexed.clear();
+        indexed.push_str(key);
+        root.key.clear();
+        root.key.push_str(key);
+        root.count += n;
+        self.index.insert(indexed, 0);
         self.sift_down(0);
     }
 

@@ -1,0 +1,246 @@
+//! One request's decision under one policy generation: tier, keys, a
+//! lease or the store (synchronously when it can, see `ask.rs`), the
+//! failure policy when it cannot, then the event.
+
+use std::time::Duration;
+
+use super::ask::{Answer, StoreFailure};
+use super::assemble::build;
+use super::compiled::{CompiledLimit, CompiledTier, Limits};
+use super::live::Live;
+use super::{Decision, DecisionPath, Limiter, Source};
+use crate::identity::Identity;
+use crate::policy::FailurePolicy;
+use crate::store::{Batch, Item, StoreDecision};
+use crate::telemetry::Outcome;
+
+/// A request's limits, keyed and ready for the store.
+pub(super) struct Prepared<'a> {
+    tier: &'a CompiledTier,
+    items: Vec<Item>,
+    limits: Limits<'a>,
+    cost: u64,
+    route: Option<usize>,
+    failure: FailurePolicy,
+    peek: bool,
+}
+
+impl Prepared<'_> {
+    fn batch(&self) -> Batch<'_> {
+        if self.peek {
+            Batch::peek(&self.items)
+        } else {
+            Batch::consume(&self.items, self.cost)
+        }
+    }
+}
+
+impl Limiter {
+    /// Decides under `live` from start to end, waiting for the store if it
+    /// must.
+    pub(super) async fn run(
+        &self,
+        live: &Live,
+        identity: &Identity,
+        tier: &str,
+        route: Option<usize>,
+        peek: bool,
+    ) -> Decision {
+        let Some(p) = self.prepare(live, identity, tier, route, peek) else {
+            return self.unlimited();
+        };
+        // A store without leases skips the lease path's (large) future.
+        let leased = if peek || !self.inner.store.leases() {
+            None
+        } else {
+            self.decide_leased(
+                live, p.tier, route, identity, &p.items, &p.limits, p.cost, p.failure,
+            )
+            .await
+        };
+        let decision = match leased {
+            Some(d) => d,
+            None => {
+                self.decide_exact(
+                    live,
+                    p.tier,
+                    route,
+                    identity,
+                    &p.batch(),
+                    p.failure,
+                    &p.limits,
+                    false,
+                )
+                .await
+                .0
+            }
+        };
+        self.recorded(live, &p, decision, identity)
+    }
+
+    /// [`Limiter::run`] without waiting: `None` when the store can only
+    /// answer asynchronously (Redis, or a store with leases), `Some` from a
+    /// store that decides in process.
+    pub(super) fn run_now(
+        &self,
+        live: &Live,
+        identity: &Identity,
+        tier: &str,
+        route: Option<usize>,
+        peek: bool,
+    ) -> Option<Decision> {
+        if !self.may_decide_now() {
+            return None;
+        }
+        let Some(p) = self.prepare(live, identity, tier, route, peek) else {
+            return Some(self.unlimited());
+        };
+        let batch = p.batch();
+        let answer = self.decide_now(&batch)?;
+        let (decision, _) = self.answered(
+            live, p.tier, route, identity, &batch, p.failure, &p.limits, answer, false,
+        );
+        Some(self.recorded(live, &p, decision, identity))
+    }
+
+    /// The tier and keyed limits of a request; `None` when the policy has
+    /// no tier at all.
+    fn prepare<'a>(
+        &self,
+        live: &'a Live,
+        identity: &Identity,
+        tier: &str,
+        route: Option<usize>,
+        peek: bool,
+    ) -> Option<Prepared<'a>> {
+        let c = &live.compiled;
+        let tier = c
+            .tiers
+            .get(tier)
+            .or_else(|| c.tiers.get(&live.policy.identity.default_tier))
+            .or_else(|| c.tiers.values().next())?;
+        let (items, limits) = c.items(tier, route, identity, false);
+        Some(Prepared {
+            tier,
+            items,
+            limits,
+            cost: route.map_or(1, |i| c.routes[i].rule.cost),
+            route,
+            failure: route.map_or(c.default_failure, |i| c.routes[i].failure),
+            peek,
+        })
+    }
+
+    /// The answer of a policy without tiers: it limits nothing.
+    fn unlimited(&self) -> Decision {
+        Decision {
+            allowed: true,
+            tier: "".into(),
+            limits: Vec::new(),
+            retry_after: None,
+            delay: Duration::ZERO,
+            source: Source::Store {
+                shard: "memory".into(),
+            },
+            outcome: Outcome::Allowed,
+            store_rtt: None,
+            decided_at: self.inner.clock.now_us(),
+            path: DecisionPath::Store,
+        }
+    }
+
+    /// One store decision of `batch`, or the failure policy's answer when
+    /// the store gave none; with the store's own answer if `keep` and it
+    /// gave one. The store path is picked in `ask.rs`: here and now for a
+    /// store that never waits, else through the breakers.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn decide_exact(
+        &self,
+        live: &Live,
+        tier: &CompiledTier,
+        route: Option<usize>,
+        identity: &Identity,
+        batch: &Batch<'_>,
+        failure: FailurePolicy,
+        limits: &[&CompiledLimit],
+        keep: bool,
+    ) -> (Decision, Option<StoreDecision>) {
+        let answer = match self.decide_now(batch) {
+            Some(answer) => answer,
+            None => self.ask_store(batch, live.policy.store.timeout).await,
+        };
+        self.answered(
+            live, tier, route, identity, batch, failure, limits, answer, keep,
+        )
+    }
+
+    /// The decision from the store's answer, or the failure policy's.
+    #[allow(clippy::too_many_arguments)]
+    fn answered(
+        &self,
+        live: &Live,
+        tier: &CompiledTier,
+        route: Option<usize>,
+        identity: &Identity,
+        batch: &Batch<'_>,
+        failure: FailurePolicy,
+        limits: &[&CompiledLimit],
+        answer: Answer,
+        keep: bool,
+    ) -> (Decision, Option<StoreDecision>) {
+        match answer {
+            Ok(d) => {
+                let source = Source::Store {
+                    shard: d.shard.clone(),
+                };
+                let kept = keep.then(|| d.clone());
+                (build(tier.name.clone(), limits, d, source, None), kept)
+            }
+            Err(f) => (
+                self.failed_over(live, tier, route, identity, batch, failure, limits, f),
+                None,
+            ),
+        }
+    }
+
+    /// The failure policy's answer for `batch` after the store failed `f`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn failed_over(
+        &self,
+        live: &Live,
+        tier: &CompiledTier,
+        route: Option<usize>,
+        identity: &Identity,
+        batch: &Batch<'_>,
+        failure: FailurePolicy,
+        limits: &[&CompiledLimit],
+        f: StoreFailure,
+    ) -> Decision {
+        let shard = f.shard.unwrap_or_else(|| "memory".into());
+        let mut d = self.fallback(
+            live, tier, route, identity, batch, shard, f.reason, failure, limits,
+        );
+        // Failing closed behind an open breaker: retry once it lets a
+        // probe through.
+        if let (Some(wait), Some(retry), FailurePolicy::Closed) =
+            (f.breaker_wait, d.retry_after.as_mut(), failure)
+        {
+            *retry = wait.max(Duration::from_secs(1));
+        }
+        d
+    }
+
+    /// `decision`, recorded unless it was a peek.
+    fn recorded(
+        &self,
+        live: &Live,
+        p: &Prepared<'_>,
+        decision: Decision,
+        identity: &Identity,
+    ) -> Decision {
+        if !p.peek {
+            self.record(live, &decision, p.route, identity, p.cost);
+        }
+        decision
+    }
+}
