@@ -471,33 +471,51 @@ mod tests {
         }
     }
 
+    /// An admitting verdict with `remaining` left and its window ending in
+    /// `reset_after_us`.
+    fn open(remaining: f64, reset_after_us: u64) -> Verdict {
+        Verdict {
+            allowed: true,
+            remaining,
+            reset_after_us,
+            retry_after_us: 0,
+            delay_us: 0,
+        }
+    }
+
+    fn window(name: &str, limit: u64, window_us: u64) -> Item {
+        Item::new(name, Algorithm::FixedWindow { limit, window_us })
+    }
+
+    fn label(identity: &str, route: &str) -> Label {
+        Label {
+            identity: identity.into(),
+            tier: "free".into(),
+            route: route.into(),
+        }
+    }
+
+    fn answer(allowed: bool, verdicts: Vec<Verdict>, now: Micros) -> StoreDecision {
+        StoreDecision {
+            allowed,
+            verdicts,
+            shard: "s".into(),
+            now,
+            rtt: None,
+        }
+    }
+
     #[test]
     fn a_refusal_is_remembered_until_the_enforced_retry_not_a_shadows() {
-        let fw = |name: &str| {
-            Item::new(
-                name,
-                Algorithm::FixedWindow {
-                    limit: 5,
-                    window_us: 1_000_000,
-                },
-            )
-        };
-        let mut shadow = fw("s");
+        let mut shadow = window("s", 5, 1_000_000);
         shadow.shadow = true;
-        let items: Arc<[Item]> = vec![fw("e"), shadow].into();
-        let label = Label {
-            identity: "x".into(),
-            tier: "free".into(),
-            route: "*".into(),
-        };
-        let mut e = Entry::new(items, 1, label, 0);
-        let d = StoreDecision {
-            allowed: false,
-            verdicts: vec![verdict(false, 1_000_000), verdict(false, 100_000_000)],
-            shard: "s".into(),
-            now: 0,
-            rtt: None,
-        };
+        let items: Arc<[Item]> = vec![window("e", 5, 1_000_000), shadow].into();
+        let mut e = Entry::new(items, 1, label("x", "*"), 0);
+        let d = answer(
+            false,
+            vec![verdict(false, 1_000_000), verdict(false, 100_000_000)],
+            0,
+        );
         e.heard(10, 20, &d);
         let s = LeaseSettings::default();
         let mut fx = Effects::default();
@@ -509,31 +527,19 @@ mod tests {
 
     #[test]
     fn spent_units_go_back_only_into_the_lease_they_came_from() {
-        let items: Arc<[Item]> = vec![Item::new(
-            "e",
-            Algorithm::FixedWindow {
-                limit: 1_000,
-                window_us: 1_000_000,
-            },
-        )]
-        .into();
-        let label = Label {
-            identity: "*".into(),
-            tier: "free".into(),
-            route: "/search".into(),
-        };
+        let items: Arc<[Item]> = vec![window("e", 1_000, 1_000_000)].into();
         let s = LeaseSettings::default();
         let mut fx = Effects::default();
-        let mut e = Entry::new(items, 100, label, 0);
-        let granted = |now: Micros| StoreDecision {
-            allowed: true,
-            verdicts: vec![Verdict {
-                remaining: 800.0,
-                ..verdict(true, 0)
-            }],
-            shard: "s".into(),
-            now,
-            rtt: None,
+        let mut e = Entry::new(items, 100, label("*", "/search"), 0);
+        let granted = |now: Micros| {
+            answer(
+                true,
+                vec![Verdict {
+                    remaining: 800.0,
+                    ..verdict(true, 0)
+                }],
+                now,
+            )
         };
         e.step(10, 1, true, Transition::Configured, &s, &mut fx);
         let first = Charge::new(1u8);
@@ -567,40 +573,18 @@ mod tests {
 
     #[test]
     fn a_lease_ended_by_a_short_window_gives_its_units_back_to_the_long_one() {
-        let fw = |name: &str, window_us| {
-            Item::new(
-                name,
-                Algorithm::FixedWindow {
-                    limit: 1_000_000,
-                    window_us,
-                },
-            )
-        };
-        let items: Arc<[Item]> = vec![fw("second", 1_000_000), fw("hour", 3_600_000_000)].into();
-        let label = Label {
-            identity: "x".into(),
-            tier: "free".into(),
-            route: "*".into(),
-        };
+        let items: Arc<[Item]> = vec![
+            window("second", 1_000_000, 1_000_000),
+            window("hour", 1_000_000, 3_600_000_000),
+        ]
+        .into();
         let s = LeaseSettings::default();
-        let mut e = Entry::new(items, 50, label, 0);
+        let mut e = Entry::new(items, 50, label("x", "*"), 0);
         let mut fx = Effects::default();
         e.step(0, 1, true, Transition::Configured, &s, &mut fx);
-        let ok = Verdict {
-            allowed: true,
-            remaining: 900_000.0,
-            reset_after_us: 100_000,
-            retry_after_us: 0,
-            delay_us: 0,
-        };
+        let ok = open(900_000.0, 100_000);
         // Taken 100 ms before the second's window ends.
-        let d = StoreDecision {
-            allowed: true,
-            verdicts: vec![ok, ok],
-            shard: "s".into(),
-            now: 7_900_000,
-            rtt: None,
-        };
+        let d = answer(true, vec![ok, ok], 7_900_000);
         e.install(0, 0, 20, 1, &d, Some(Charge::new(())), &s, 1, &mut fx);
         let mut fx = Effects::default();
         e.expire(100_001, &mut fx);
@@ -613,36 +597,12 @@ mod tests {
 
     #[test]
     fn a_lease_ended_with_its_only_window_expires_without_a_round_trip() {
-        let items: Arc<[Item]> = vec![Item::new(
-            "second",
-            Algorithm::FixedWindow {
-                limit: 1_000_000,
-                window_us: 1_000_000,
-            },
-        )]
-        .into();
-        let label = Label {
-            identity: "x".into(),
-            tier: "free".into(),
-            route: "*".into(),
-        };
+        let items: Arc<[Item]> = vec![window("second", 1_000_000, 1_000_000)].into();
         let s = LeaseSettings::default();
-        let mut e = Entry::new(items, 50, label, 0);
+        let mut e = Entry::new(items, 50, label("x", "*"), 0);
         let mut fx = Effects::default();
         e.step(0, 1, true, Transition::Configured, &s, &mut fx);
-        let d = StoreDecision {
-            allowed: true,
-            verdicts: vec![Verdict {
-                allowed: true,
-                remaining: 900_000.0,
-                reset_after_us: 100_000,
-                retry_after_us: 0,
-                delay_us: 0,
-            }],
-            shard: "s".into(),
-            now: 7_900_000,
-            rtt: None,
-        };
+        let d = answer(true, vec![open(900_000.0, 100_000)], 7_900_000);
         e.install(0, 0, 20, 1, &d, Some(Charge::new(())), &s, 1, &mut fx);
         let mut fx = Effects::default();
         e.expire(100_001, &mut fx);
@@ -652,21 +612,9 @@ mod tests {
 
     #[test]
     fn a_take_that_lands_after_the_key_left_lease_mode_goes_back_at_once() {
-        let items: Arc<[Item]> = vec![Item::new(
-            "w",
-            Algorithm::FixedWindow {
-                limit: 1_000,
-                window_us: 1_000_000,
-            },
-        )]
-        .into();
-        let label = Label {
-            identity: "x".into(),
-            tier: "free".into(),
-            route: "*".into(),
-        };
+        let items: Arc<[Item]> = vec![window("w", 1_000, 1_000_000)].into();
         let s = LeaseSettings::default();
-        let mut e = Entry::new(items, 50, label, 0);
+        let mut e = Entry::new(items, 50, label("x", "*"), 0);
         let mut fx = Effects::default();
         let step = e.step(10, 1, true, Transition::Configured, &s, &mut fx);
         assert!(matches!(step, Step::Take { .. }), "{step:?}");
@@ -674,19 +622,7 @@ mod tests {
         // Cooled before the take's answer came back.
         let mut fx = Effects::default();
         e.step(20, 1, false, Transition::Cooled, &s, &mut fx);
-        let granted = StoreDecision {
-            allowed: true,
-            verdicts: vec![Verdict {
-                allowed: true,
-                remaining: 900.0,
-                reset_after_us: 999_000,
-                retry_after_us: 0,
-                delay_us: 0,
-            }],
-            shard: "s".into(),
-            now: 1_000,
-            rtt: None,
-        };
+        let granted = answer(true, vec![open(900.0, 999_000)], 1_000);
         let mut fx = Effects::default();
         let receipt = Some(Charge::new(()));
         e.install(10, 30, units, 1, &granted, receipt, &s, 1, &mut fx);
