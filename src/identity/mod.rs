@@ -59,9 +59,7 @@ impl IdentityKind {
     }
 }
 
-/// The IPv6 prefix length anonymous and IP-scoped limits group addresses
-/// by when no policy says otherwise (`[identity] ipv6_prefix`).
-pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+pub use crate::policy::DEFAULT_IPV6_PREFIX;
 
 /// The address group an IP counts in: an IPv4 address (IPv4-mapped IPv6
 /// included) is itself; an IPv6 address is its network of `ipv6_prefix`

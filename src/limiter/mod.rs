@@ -35,8 +35,9 @@ mod store_metrics;
 use std::path::Path;
 use std::sync::Arc;
 
+pub use crate::policy::PolicyVersion;
 pub use decision::{Decision, DecisionPath, LimitReport, Source};
-pub use live::{PolicyVersion, RouteMatch};
+pub use live::RouteMatch;
 pub use reload::{PolicyStatus, ReloadAttempt, ReloadError, ReloadOutcome};
 pub use snapshot::PolicySnapshot;
 

@@ -16,8 +16,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use super::live::{Live, PolicyVersion};
+use super::live::Live;
 use super::{Limiter, LimiterBuilder};
+use crate::policy::PolicyVersion;
 use crate::policy::{ConfigError, Policy};
 use crate::telemetry::{metrics, unix_now};
 

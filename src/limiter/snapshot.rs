@@ -4,10 +4,11 @@
 
 use std::sync::Arc;
 
-use super::live::{Live, PolicyVersion, RouteMatch};
+use super::live::{Live, RouteMatch};
 use super::{Decision, Limiter};
 use crate::identity::{Identity, KeyExtractor};
 use crate::policy::Policy;
+use crate::policy::PolicyVersion;
 
 /// The limiter pinned to the policy that was in force when
 /// [`Limiter::snapshot`] was called. Cheap to clone. A reload meanwhile

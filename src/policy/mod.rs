@@ -23,6 +23,7 @@ mod route;
 mod settings;
 pub mod shares;
 mod tier;
+mod version;
 
 pub use builder::PolicyBuilder;
 pub(crate) use builder::leasable;
@@ -32,12 +33,13 @@ pub use lease::{LeaseMode, LeaseSettings};
 pub use limit::{Limit, Scope};
 pub use route::{RouteRule, path_matches};
 pub use settings::{
-    AnonymousMode, BreakerSettings, DEFAULT_MAX_ENTRIES, DEFAULT_REDIS_URL, DashboardSettings,
-    FailurePolicy, IdentitySettings, IpNet, KeyDisplay, ResilienceSettings, StoreKind,
-    StoreSettings, TelemetrySettings, TlsFiles, canonical_net as settings_canonical_net,
+    AnonymousMode, BreakerSettings, DEFAULT_IPV6_PREFIX, DEFAULT_MAX_ENTRIES, DEFAULT_REDIS_URL,
+    DashboardSettings, FailurePolicy, IdentitySettings, IpNet, KeyDisplay, ResilienceSettings,
+    StoreKind, StoreSettings, TelemetrySettings, TlsFiles, canonical_net as settings_canonical_net,
     ip_in as settings_ip_in,
 };
 pub use tier::Tier;
+pub use version::PolicyVersion;
 
 /// A complete, validated policy.
 #[derive(Debug, Clone, PartialEq)]

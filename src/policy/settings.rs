@@ -238,6 +238,10 @@ pub struct IdentitySettings {
     pub ipv6_prefix: u8,
 }
 
+/// The IPv6 prefix length anonymous and IP-scoped limits group addresses
+/// by when no policy says otherwise (`[identity] ipv6_prefix`).
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+
 impl Default for IdentitySettings {
     fn default() -> Self {
         Self {
@@ -248,7 +252,7 @@ impl Default for IdentitySettings {
             default_tier: "free".into(),
             trusted_proxies: Vec::new(),
             max_key_len: 256,
-            ipv6_prefix: crate::identity::DEFAULT_IPV6_PREFIX,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
         }
     }
 }

@@ -291,7 +291,7 @@ impl Telemetry {
     /// Flushes the current aggregate into the fleet view now.
     /// Names the policy this instance runs in the fleet view from the next
     /// flush on.
-    pub fn set_policy_version(&self, version: &crate::limiter::PolicyVersion) {
+    pub fn set_policy_version(&self, version: &crate::policy::PolicyVersion) {
         if let Some(inner) = &self.inner {
             *inner.policy.lock() = Some(format!("{}#{}", version.version, version.hash).into());
         }
