@@ -29,3 +29,4 @@ else
   cargo test --no-fail-fast --lib --bins --tests
 fi
 cargo test --doc
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps

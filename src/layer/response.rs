@@ -113,8 +113,8 @@ impl<'a> Refusal<'a> {
     }
 
     /// ratewatch's own answer: the status and a JSON body naming the tier,
-    /// the limit and when to retry (headers are added by
-    /// [`Refusal::finish`]).
+    /// the limit and when to retry. The layer adds the rate-limit headers
+    /// afterwards, as it does to a custom responder's answer.
     pub fn default_response(&self) -> Response {
         match *self {
             Refusal::RateLimited {
