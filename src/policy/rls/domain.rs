@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{DescriptorRule, RlsUnit};
-use crate::policy::Limit;
 
 /// Every domain of a policy, by name.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -228,19 +227,6 @@ impl Domain {
     }
 }
 
-impl RlsUnit {
-    /// The limit envoyproxy/ratelimit enforces for `requests_per_unit` per
-    /// unit: a fixed window of one unit aligned to the epoch, named after
-    /// the unit.
-    pub fn limit(self, requests_per_unit: u64) -> Limit {
-        Limit::fixed_window(
-            self.as_str(),
-            requests_per_unit,
-            std::time::Duration::from_secs(self.seconds()),
-        )
-    }
-}
-
 /// Whether `value` matches `pattern`, where each `*` stands for any run of
 /// characters (possibly empty) and the rest must appear in order: the
 /// pattern's first part starts the value, its last part ends it.
@@ -272,6 +258,7 @@ pub(super) fn wildcard_match(pattern: &str, value: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::Limit;
 
     /// A shop's edge config: nested entries, key-only defaults beside
     /// specific values, an exempt value, a named and an unlimited rule.
