@@ -32,6 +32,28 @@ impl DomainSet {
         self.domains.values()
     }
 
+    /// Every rule of every domain, with its domain's name, for checks and
+    /// for scaling quotas (`partition`).
+    pub(crate) fn rules_mut(&mut self) -> Vec<(Arc<str>, &mut DescriptorRule)> {
+        fn walk<'a>(
+            name: &Arc<str>,
+            nodes: &'a mut [Node],
+            out: &mut Vec<(Arc<str>, &'a mut DescriptorRule)>,
+        ) {
+            for n in nodes {
+                if let Some(rule) = n.rule.as_mut() {
+                    out.push((name.clone(), rule));
+                }
+                walk(name, &mut n.children, out);
+            }
+        }
+        let mut out = Vec::new();
+        for d in self.domains.values_mut() {
+            walk(&d.name, &mut d.root, &mut out);
+        }
+        out
+    }
+
     /// Adds a domain; gives it back if one of its name is already present
     /// (domains are never merged: a second file of one domain is a mistake
     /// envoyproxy/ratelimit refuses too).
