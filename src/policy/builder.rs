@@ -21,6 +21,7 @@ pub struct PolicyBuilder {
     routes: Vec<RouteRule>,
     partition: Option<f64>,
     version: Option<String>,
+    rls: crate::policy::rls::RlsSettings,
 }
 
 impl PolicyBuilder {
@@ -78,6 +79,12 @@ impl PolicyBuilder {
         self
     }
 
+    /// Sets the `[rls]` settings and descriptor domains.
+    pub fn rls(mut self, rls: crate::policy::rls::RlsSettings) -> Self {
+        self.rls = rls;
+        self
+    }
+
     /// Names this revision of the policy (`version = "..."` in a file).
     pub fn version(mut self, version: impl Into<String>) -> Self {
         self.version = Some(version.into());
@@ -100,6 +107,7 @@ impl PolicyBuilder {
             routes: self.routes,
             partition,
             version: self.version,
+            rls: self.rls,
         };
         policy.validate()?;
         if partition < 1.0 {
@@ -121,6 +129,14 @@ impl PolicyBuilder {
                 .routes
                 .iter_mut()
                 .flat_map(|r| r.limits.iter_mut())
+                .for_each(scale);
+            // Descriptor rules are quotas of this deployment too.
+            policy
+                .rls
+                .domains
+                .rules_mut()
+                .into_iter()
+                .flat_map(|(_, r)| r.limits.iter_mut())
                 .for_each(scale);
             validate(&policy).map_err(|(field, message)| {
                 invalid((
@@ -319,7 +335,21 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
         }
     }
     check_shared_counters(p)?;
+    check_rls(p)?;
     shares::check(p)
+}
+
+/// The limits of descriptor rules, checked as tiers' are (the TOML reader
+/// checks native rules on their own lines first; this covers rules built
+/// in code and quotas once `partition` is applied).
+fn check_rls(p: &Policy) -> Result<(), (String, String)> {
+    for domain in p.rls.domains.iter() {
+        for rule in domain.rules() {
+            let at = format!("rls.domains.{}.{}.limits", domain.name, rule.label);
+            check_limits(&rule.limits, &at, rule.cost.unwrap_or(1))?;
+        }
+    }
+    Ok(())
 }
 
 /// IP- and route-scoped limits of the same name in several tiers count on
@@ -372,7 +402,7 @@ fn window_of(a: &crate::algorithm::Algorithm) -> Option<u64> {
     }
 }
 
-fn check_limits(limits: &[Limit], at: &str, cost: u64) -> Result<(), (String, String)> {
+pub(crate) fn check_limits(limits: &[Limit], at: &str, cost: u64) -> Result<(), (String, String)> {
     let mut names = HashSet::new();
     for (li, limit) in limits.iter().enumerate() {
         let at = format!("{at}[{li}]");

@@ -1,0 +1,96 @@
+//! The `[rls]` section as loaded.
+
+use std::path::PathBuf;
+
+use super::DomainSet;
+
+/// What a decision service answers while the store is unreachable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RlsFailure {
+    /// Answer OK (counted as a fallback).
+    #[default]
+    Open,
+    /// Answer OVER_LIMIT.
+    Closed,
+    /// Answer gRPC UNAVAILABLE (HTTP 503), so the caller's own failure
+    /// setting (Envoy's `failure_mode_deny`) decides.
+    Unavailable,
+    /// Decide in process with every quota divided by
+    /// `[resilience] expected_instances`.
+    Local,
+}
+
+impl RlsFailure {
+    /// The config spellings, for parsing and messages.
+    pub const CHOICES: [(&'static str, RlsFailure); 4] = [
+        ("open", RlsFailure::Open),
+        ("closed", RlsFailure::Closed),
+        ("unavailable", RlsFailure::Unavailable),
+        ("local", RlsFailure::Local),
+    ];
+
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RlsFailure::Open => "open",
+            RlsFailure::Closed => "closed",
+            RlsFailure::Unavailable => "unavailable",
+            RlsFailure::Local => "local",
+        }
+    }
+
+    /// The same choice as the middleware's failure policy.
+    pub fn from_policy(p: crate::policy::FailurePolicy) -> Self {
+        match p {
+            crate::policy::FailurePolicy::Open => RlsFailure::Open,
+            crate::policy::FailurePolicy::Closed => RlsFailure::Closed,
+            crate::policy::FailurePolicy::Local => RlsFailure::Local,
+        }
+    }
+}
+
+/// `[rls]` of a policy, with every domain loaded (YAML and native).
+///
+/// Its `Debug` output hides the token: policies are printed to logs and
+/// hashed into a metric label (the policy version's hash).
+#[derive(Clone, PartialEq, Default)]
+pub struct RlsSettings {
+    /// Every domain, by name.
+    pub domains: DomainSet,
+    /// What to answer while the store is unreachable: `[rls]
+    /// on_store_failure`, else `[resilience] on_store_failure`.
+    pub on_store_failure: RlsFailure,
+    /// A bearer token the HTTP endpoints require from non-loopback callers.
+    pub token: Option<String>,
+    /// The envoyproxy/ratelimit YAML files, resolved against the policy
+    /// file's directory: part of the policy, so a reload re-reads them and
+    /// a follower watches them.
+    pub envoy_configs: Vec<PathBuf>,
+}
+
+impl std::fmt::Debug for RlsSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RlsSettings")
+            .field("domains", &self.domains)
+            .field("on_store_failure", &self.on_store_failure)
+            .field("token", &self.token.as_ref().map(|_| "<hidden>"))
+            .field("envoy_configs", &self.envoy_configs)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_never_shows_the_token() {
+        let s = RlsSettings {
+            token: Some("s3cret-token-of-the-edge".into()),
+            ..RlsSettings::default()
+        };
+        let text = format!("{s:?}");
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(text.contains("<hidden>"), "{text}");
+    }
+}
