@@ -363,13 +363,32 @@ mod tests {
     }
 
     #[test]
-    fn api_key_wins_over_bearer_and_ip() {
+    fn two_different_credentials_conflict_and_none_of_them_wins() {
+        let conflict = |pairs: &[(&str, &[u8])]| ex().identify(&headers(pairs), None).unwrap_err();
+        let e = conflict(&[("x-api-key", b"free_k1"), ("authorization", b"Bearer t")]);
+        assert_eq!(e.status(), http::StatusCode::BAD_REQUEST);
+        assert_eq!(e.code(), "conflicting_credentials");
+        assert!(e.to_string().contains("x-api-key and authorization"), "{e}");
+        let e = conflict(&[("x-api-key", b"free_a"), ("x-api-key", b"free_b")]);
+        assert!(e.to_string().contains("x-api-key is repeated"), "{e}");
+        let e = conflict(&[("authorization", b"Bearer a"), ("authorization", b"Basic b")]);
+        assert!(e.to_string().contains("authorization is repeated"), "{e}");
+        // One secret, sent twice or in both headers, is one credential.
+        for pairs in [
+            &[("x-api-key", &b"free_k1"[..]), ("x-api-key", b"free_k1")][..],
+            &[("x-api-key", b"free_k1"), ("authorization", b"Bearer free_k1")],
+            &[("authorization", b"Bearer free_k1"), ("authorization", b"Bearer free_k1")],
+        ] {
+            let id = ex().identify(&headers(pairs), None).unwrap();
+            assert_eq!(id.raw(), "free_k1");
+        }
+        // With `bearer` off, Authorization is not a credential at all.
+        let no_bearer = HeaderExtractor::new(IdentitySettings {
+            bearer: false,
+            ..IdentitySettings::default()
+        });
         let h = headers(&[("x-api-key", b"free_k1"), ("authorization", b"Bearer t")]);
-        let id = ex()
-            .identify(&h, Some("10.0.0.1".parse().unwrap()))
-            .unwrap();
-        assert_eq!(id.kind(), IdentityKind::ApiKey);
-        assert_eq!(id.raw(), "free_k1");
+        assert_eq!(no_bearer.identify(&h, None).unwrap().raw(), "free_k1");
     }
 
     #[test]
