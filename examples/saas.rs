@@ -8,7 +8,8 @@
 //! cargo run --example saas
 //! curl -i -H 'authorization: Bearer tok_alice' localhost:3000/api/orders
 //!
-//! Its tests (`tests/example_saas.rs`) drive [`app`] without a socket.
+//! Its tests (`tests/example_saas.rs`) drive [`app`] without a socket, as
+//! its users and as an attacker would.
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use axum::routing::get;
 use axum::{Extension, Json, Router};
 use ratewatch::identity::VerifiedCaller;
 use ratewatch::layer::Refusal;
+use ratewatch::policy::IdentitySettings;
 use ratewatch::{Decision, Identity, Limit, Limiter, Policy, Tier};
 
 /// What the auth layer learnt about the caller (in a real app: the claims
@@ -54,11 +56,17 @@ impl VerifiedCaller for Claims {
     }
 }
 
-/// The policy, in code: two plans and anonymous callers. A plan the policy
-/// does not define is refused (403) and counted in
+/// The policy, in code: two plans and anonymous callers. A verified
+/// customer without a plan gets the smallest one; a plan the policy does
+/// not define is refused (403) and counted in
 /// `ratewatch_unknown_tier_total`.
 pub fn policy() -> Policy {
+    let identity = IdentitySettings {
+        default_tier: "starter".into(),
+        ..IdentitySettings::default()
+    };
     Policy::builder()
+        .identity(identity)
         .tier(Tier::new("starter").limit(Limit::token_bucket("burst", 3, 0.1)))
         .tier(Tier::new("business").limit(Limit::token_bucket("burst", 20, 1.0)))
         .tier(Tier::new("anonymous").limit(Limit::per_minute("minute", 2)))

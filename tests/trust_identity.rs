@@ -25,7 +25,7 @@ use http::request::Parts;
 use http_body_util::BodyExt;
 use ratewatch::identity::{Identity, IdentityKind, Principal};
 use ratewatch::{Limiter, Policy, TierResolver};
-use support::{RedisServer, Ratewatch, policy_file};
+use support::{Ratewatch, RedisServer, policy_file};
 use tower::ServiceExt;
 
 /// Free keys with a burst of 3, pro keys with 50, anonymous callers 2 per
@@ -61,7 +61,11 @@ fn app(limiter: &Limiter) -> Router {
         .layer(MockConnectInfo(SocketAddr::from(([198, 51, 100, 7], 4000))))
 }
 
-async fn send(app: &Router, path: &str, headers: &[(&str, &str)]) -> (StatusCode, serde_json::Value) {
+async fn send(
+    app: &Router,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, serde_json::Value) {
     let mut req = http::Request::get(path);
     for (k, v) in headers {
         req = req.header(*k, *v);
@@ -98,7 +102,11 @@ async fn a_spent_bearer_key_plus_a_fresh_api_key_is_a_400_naming_both_headers() 
     let limiter = Limiter::new(policy("")).await.unwrap();
     let app = app(&limiter);
     assert_eq!(
-        passed(&app, 5, |_| vec![pair("authorization", "Bearer free_alice")]).await,
+        passed(&app, 5, |_| vec![pair(
+            "authorization",
+            "Bearer free_alice"
+        )])
+        .await,
         3,
         "the burst of 3"
     );
@@ -113,7 +121,10 @@ async fn a_spent_bearer_key_plus_a_fresh_api_key_is_a_400_naming_both_headers() 
     let (status, body) = send(
         &app,
         "/api",
-        &[("authorization", "Bearer free_alice"), ("x-api-key", "free_other")],
+        &[
+            ("authorization", "Bearer free_alice"),
+            ("x-api-key", "free_other"),
+        ],
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -123,24 +134,47 @@ async fn a_spent_bearer_key_plus_a_fresh_api_key_is_a_400_naming_both_headers() 
         message.contains("x-api-key") && message.contains("authorization"),
         "names the conflict: {message}"
     );
-    assert!(!message.contains("free_"), "never echoes a credential: {message}");
+    assert!(
+        !message.contains("free_"),
+        "never echoes a credential: {message}"
+    );
 }
 
 #[tokio::test]
 async fn repeated_credential_headers_that_differ_are_a_400_and_the_same_value_twice_is_one() {
     let limiter = Limiter::new(policy("")).await.unwrap();
     let app = app(&limiter);
-    let (status, body) = send(&app, "/api", &[("x-api-key", "free_a"), ("x-api-key", "free_b")]).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(body["message"].as_str().unwrap().contains("x-api-key is repeated"), "{body}");
     let (status, body) = send(
         &app,
         "/api",
-        &[("authorization", "Bearer free_a"), ("authorization", "Bearer free_b")],
+        &[("x-api-key", "free_a"), ("x-api-key", "free_b")],
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(body["message"].as_str().unwrap().contains("authorization is repeated"), "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("x-api-key is repeated"),
+        "{body}"
+    );
+    let (status, body) = send(
+        &app,
+        "/api",
+        &[
+            ("authorization", "Bearer free_a"),
+            ("authorization", "Bearer free_b"),
+        ],
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("authorization is repeated"),
+        "{body}"
+    );
     // The same secret twice, or in both headers, is one credential.
     for headers in [
         vec![("x-api-key", "free_a"), ("x-api-key", "free_a")],
@@ -148,7 +182,10 @@ async fn repeated_credential_headers_that_differ_are_a_400_and_the_same_value_tw
     ] {
         assert_eq!(send(&app, "/api", &headers).await.0, StatusCode::OK);
     }
-    assert_eq!(send(&app, "/api", &[("x-api-key", "free_a")]).await.0, StatusCode::OK);
+    assert_eq!(
+        send(&app, "/api", &[("x-api-key", "free_a")]).await.0,
+        StatusCode::OK
+    );
     assert_eq!(
         send(&app, "/api", &[("x-api-key", "free_a")]).await.0,
         StatusCode::TOO_MANY_REQUESTS,
@@ -177,8 +214,14 @@ async fn keys_a_resolver_sends_to_the_anonymous_tier_share_the_anonymous_quota_o
         .await
         .unwrap();
     let app = app(&limiter);
-    let invented = passed(&app, 100, |i| vec![pair("x-api-key", format!("pro_invented_{i}"))]).await;
-    assert_eq!(invented, 2, "100 invented keys share 2 per minute of one address");
+    let invented = passed(&app, 100, |i| {
+        vec![pair("x-api-key", format!("pro_invented_{i}"))]
+    })
+    .await;
+    assert_eq!(
+        invented, 2,
+        "100 invented keys share 2 per minute of one address"
+    );
     assert_eq!(
         passed(&app, 5, |_| vec![pair("x-api-key", "pro_real_customer")]).await,
         5,
@@ -188,18 +231,31 @@ async fn keys_a_resolver_sends_to_the_anonymous_tier_share_the_anonymous_quota_o
 
 #[tokio::test]
 async fn unmatched_keys_follow_the_policy_anonymous_by_address_or_refused() {
-    let limiter = Limiter::new(policy("[identity]\nunmatched_keys = \"anonymous\"")).await.unwrap();
-    let app = app(&limiter);
-    let invented = passed(&app, 50, |i| vec![pair("authorization", format!("Bearer tok_{i}"))]).await;
+    let limiter = Limiter::new(policy("[identity]\nunmatched_keys = \"anonymous\""))
+        .await
+        .unwrap();
+    let anonymous = app(&limiter);
+    let invented = passed(&anonymous, 50, |i| {
+        vec![pair("authorization", format!("Bearer tok_{i}"))]
+    })
+    .await;
     assert_eq!(invented, 2, "invented tokens count as the anonymous caller");
-    let (_, status) = send(&app, "/status", &[("x-api-key", "tok_other")]).await;
+    let (_, status) = send(&anonymous, "/status", &[("x-api-key", "tok_other")]).await;
     assert_eq!(status["tier"], "anonymous", "the status agrees: {status}");
 
-    let limiter = Limiter::new(policy("[identity]\nunmatched_keys = \"reject\"")).await.unwrap();
+    let limiter = Limiter::new(policy("[identity]\nunmatched_keys = \"reject\""))
+        .await
+        .unwrap();
     let app = app(&limiter);
     let (status, body) = send(&app, "/api", &[("x-api-key", "tok_1")]).await;
-    assert_eq!((status, body["error"].as_str()), (StatusCode::UNAUTHORIZED, Some("api_key_required")));
-    assert_eq!(send(&app, "/api", &[("x-api-key", "free_ok")]).await.0, StatusCode::OK);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("api_key_required"))
+    );
+    assert_eq!(
+        send(&app, "/api", &[("x-api-key", "free_ok")]).await.0,
+        StatusCode::OK
+    );
 }
 
 /// Names whatever tier the `x-plan` header asks for (an app bug: the plan
@@ -248,12 +304,31 @@ async fn a_resolver_naming_an_unknown_tier_is_refused_counted_and_never_silently
     assert!(!scrape.contains("platinum"), "the name is never a label");
 
     let app = app(&limiter);
-    let (status, body) = send(&app, "/api", &[("x-api-key", "free_k"), ("x-plan", "platinum")]).await;
-    assert_eq!((status, body["error"].as_str()), (StatusCode::FORBIDDEN, Some("unknown_tier")));
-    let (status, _) = send(&app, "/status", &[("x-api-key", "free_k"), ("x-plan", "platinum")]).await;
-    assert_eq!(status, StatusCode::FORBIDDEN, "the status handler refuses alike");
+    let (status, body) = send(
+        &app,
+        "/api",
+        &[("x-api-key", "free_k"), ("x-plan", "platinum")],
+    )
+    .await;
     assert_eq!(
-        send(&app, "/api", &[("x-api-key", "free_k"), ("x-plan", "pro")]).await.0,
+        (status, body["error"].as_str()),
+        (StatusCode::FORBIDDEN, Some("unknown_tier"))
+    );
+    let (status, _) = send(
+        &app,
+        "/status",
+        &[("x-api-key", "free_k"), ("x-plan", "platinum")],
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "the status handler refuses alike"
+    );
+    assert_eq!(
+        send(&app, "/api", &[("x-api-key", "free_k"), ("x-plan", "pro")])
+            .await
+            .0,
         StatusCode::OK
     );
 
@@ -280,11 +355,23 @@ async fn the_status_handler_reports_what_the_layer_decided_for_the_same_caller()
     let (status, body) = send(&app, "/status", &key).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["tier"], "free");
-    assert_eq!(body["limits"][0]["remaining"], 1, "3 less the 2 the layer admitted");
+    assert_eq!(
+        body["limits"][0]["remaining"], 1,
+        "3 less the 2 the layer admitted"
+    );
     // A conflict is a 400 on both.
-    let conflict = [("x-api-key", "free_status_agrees"), ("authorization", "Bearer free_x")];
-    assert_eq!(send(&app, "/status", &conflict).await.0, StatusCode::BAD_REQUEST);
-    assert_eq!(send(&app, "/api", &conflict).await.0, StatusCode::BAD_REQUEST);
+    let conflict = [
+        ("x-api-key", "free_status_agrees"),
+        ("authorization", "Bearer free_x"),
+    ];
+    assert_eq!(
+        send(&app, "/status", &conflict).await.0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        send(&app, "/api", &conflict).await.0,
+        StatusCode::BAD_REQUEST
+    );
 }
 
 // --- Verified callers: the auth layer's word ---------------------------------
@@ -315,15 +402,27 @@ async fn with_verified_callers_invented_tokens_share_the_anonymous_quota_of_thei
     let limiter = principal_limiter().await;
     // As the README says: the auth layer added after (outside) the limiter.
     let app = app(&limiter).layer(middleware::from_fn(auth));
-    let invented = passed(&app, 100, |i| vec![pair("authorization", format!("Bearer free_{i}"))]).await;
-    assert_eq!(invented, 2, "100 unverified tokens: the anonymous 2 per minute");
+    let invented = passed(&app, 100, |i| {
+        vec![pair("authorization", format!("Bearer free_{i}"))]
+    })
+    .await;
+    assert_eq!(
+        invented, 2,
+        "100 unverified tokens: the anonymous 2 per minute"
+    );
     assert_eq!(
         passed(&app, 5, |_| vec![pair("authorization", "Bearer tok_alice")]).await,
         3,
         "alice has her own free burst"
     );
     let (_, body) = send(&app, "/status", &[("authorization", "Bearer tok_alice")]).await;
-    assert_eq!((body["tier"].as_str(), body["limits"][0]["remaining"].as_u64()), (Some("free"), Some(0)));
+    assert_eq!(
+        (
+            body["tier"].as_str(),
+            body["limits"][0]["remaining"].as_u64()
+        ),
+        (Some("free"), Some(0))
+    );
 }
 
 #[tokio::test]
@@ -346,8 +445,12 @@ async fn an_auth_layer_inside_the_limiter_runs_too_late_and_everyone_is_anonymou
 // --- Keyed identity hashes ----------------------------------------------------
 
 fn redis_policy(url: &str, secret: Option<&str>) -> Policy {
-    let identity = secret.map_or(String::new(), |s| format!("[identity]\nhash_secret = \"{s}\"\n"));
-    policy(&format!("{identity}[store]\nkind = \"redis\"\nurl = \"{url}\"\ntimeout_ms = 500\n"))
+    let identity = secret.map_or(String::new(), |s| {
+        format!("[identity]\nhash_secret = \"{s}\"\n")
+    });
+    policy(&format!(
+        "{identity}[store]\nkind = \"redis\"\nurl = \"{url}\"\ntimeout_ms = 500\n"
+    ))
 }
 
 fn free_caller(key: &str) -> Identity {
@@ -358,13 +461,20 @@ fn free_caller(key: &str) -> Identity {
 async fn two_limiters_with_one_secret_share_quota_on_redis_and_another_secret_names_other_keys() {
     let redis = RedisServer::start();
     let secret = "one secret for the whole fleet";
-    let a = Limiter::new(redis_policy(&redis.url(), Some(secret))).await.unwrap();
-    let b = Limiter::new(redis_policy(&redis.url(), Some(secret))).await.unwrap();
+    let a = Limiter::new(redis_policy(&redis.url(), Some(secret)))
+        .await
+        .unwrap();
+    let b = Limiter::new(redis_policy(&redis.url(), Some(secret)))
+        .await
+        .unwrap();
     let caller = free_caller("free_shared_by_two");
     for limiter in [&a, &b, &a] {
         assert!(limiter.check(&caller, "free", None).await.allowed);
     }
-    assert!(!b.check(&caller, "free", None).await.allowed, "one burst of 3 across both");
+    assert!(
+        !b.check(&caller, "free", None).await.allowed,
+        "one burst of 3 across both"
+    );
     // Key names carry the keyed hash, never the unkeyed one anyone could
     // recompute from a guessed key.
     let keys = redis.cli(&["--scan", "--pattern", "rw:*"]);
@@ -387,15 +497,30 @@ async fn two_limiters_with_one_secret_share_quota_on_redis_and_another_secret_na
         l.caller(&request).unwrap().identity.masked()
     };
     assert_eq!(masked(&a), masked(&b));
-    assert_ne!(masked(&a), masked(&other), "the dashboard's form follows the secret");
-    assert_ne!(masked(&a), caller.masked(), "and differs from the unkeyed form");
+    assert_ne!(
+        masked(&a),
+        masked(&other),
+        "the dashboard's form follows the secret"
+    );
+    assert_ne!(
+        masked(&a),
+        caller.masked(),
+        "and differs from the unkeyed form"
+    );
 }
 
 #[tokio::test]
 async fn without_a_secret_redis_keeps_the_unkeyed_names_so_upgraded_replicas_still_agree() {
     let redis = RedisServer::start();
-    let limiter = Limiter::new(redis_policy(&redis.url(), None)).await.unwrap();
-    assert!(limiter.check(&free_caller("free_legacy"), "free", None).await.allowed);
+    let limiter = Limiter::new(redis_policy(&redis.url(), None))
+        .await
+        .unwrap();
+    assert!(
+        limiter
+            .check(&free_caller("free_legacy"), "free", None)
+            .await
+            .allowed
+    );
     let key = support::limiter_key(
         "free_legacy",
         "burst",
@@ -410,27 +535,37 @@ async fn without_a_secret_redis_keeps_the_unkeyed_names_so_upgraded_replicas_sti
 #[tokio::test]
 async fn the_secret_comes_from_the_environment_or_a_file_and_a_weak_one_is_refused() {
     let from_env = policy("")
-        .with_env_from(|name| (name == "RATEWATCH_HASH_SECRET").then(|| "from the environment!".into()))
+        .with_env_from(|name| {
+            (name == "RATEWATCH_HASH_SECRET").then(|| "from the environment!".into())
+        })
         .unwrap();
     assert!(from_env.identity.hash_secret.is_some());
     let err = policy("")
         .with_env_from(|name| (name == "RATEWATCH_HASH_SECRET").then(|| "short".into()))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("RATEWATCH_HASH_SECRET") && err.contains("16 bytes"), "{err}");
+    assert!(
+        err.contains("RATEWATCH_HASH_SECRET") && err.contains("16 bytes"),
+        "{err}"
+    );
     let err = Policy::from_toml_str("[identity]\nhash_secret = \"short\"\n", Some("p.toml"))
         .unwrap_err()
         .to_string();
-    assert!(err.starts_with("p.toml:2:") && err.contains("hash_secret"), "{err}");
+    assert!(
+        err.starts_with("p.toml:2:") && err.contains("hash_secret"),
+        "{err}"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("hash_secret");
     std::fs::write(&file, "one secret for the whole fleet\n").unwrap();
     let text = format!("[identity]\nhash_secret_file = \"{}\"\n", file.display());
     let by_file = Limiter::new(policy(&text)).await.unwrap();
-    let inline = Limiter::new(policy("[identity]\nhash_secret = \"one secret for the whole fleet\""))
-        .await
-        .unwrap();
+    let inline = Limiter::new(policy(
+        "[identity]\nhash_secret = \"one secret for the whole fleet\"",
+    ))
+    .await
+    .unwrap();
     let request = parts(&[("x-api-key", "free_k")]);
     assert_eq!(
         by_file.caller(&request).unwrap().identity.hash(),
@@ -443,12 +578,20 @@ async fn the_secret_comes_from_the_environment_or_a_file_and_a_weak_one_is_refus
 
 // --- The `ratewatch serve` binary ----------------------------------------------
 
-async fn serve_status(client: &reqwest::Client, server: &Ratewatch, headers: &[(&str, &str)]) -> u16 {
+async fn serve_status(
+    client: &reqwest::Client,
+    server: &Ratewatch,
+    headers: &[(&str, &str)],
+) -> u16 {
     let mut req = client.get(format!("{}/api/users", server.url()));
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    req.send().await.expect("the server answers").status().as_u16()
+    req.send()
+        .await
+        .expect("the server answers")
+        .status()
+        .as_u16()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -371,13 +371,22 @@ mod tests {
         assert!(e.to_string().contains("x-api-key and authorization"), "{e}");
         let e = conflict(&[("x-api-key", b"free_a"), ("x-api-key", b"free_b")]);
         assert!(e.to_string().contains("x-api-key is repeated"), "{e}");
-        let e = conflict(&[("authorization", b"Bearer a"), ("authorization", b"Basic b")]);
+        let e = conflict(&[
+            ("authorization", b"Bearer a"),
+            ("authorization", b"Basic b"),
+        ]);
         assert!(e.to_string().contains("authorization is repeated"), "{e}");
         // One secret, sent twice or in both headers, is one credential.
         for pairs in [
             &[("x-api-key", &b"free_k1"[..]), ("x-api-key", b"free_k1")][..],
-            &[("x-api-key", b"free_k1"), ("authorization", b"Bearer free_k1")],
-            &[("authorization", b"Bearer free_k1"), ("authorization", b"Bearer free_k1")],
+            &[
+                ("x-api-key", b"free_k1"),
+                ("authorization", b"Bearer free_k1"),
+            ],
+            &[
+                ("authorization", b"Bearer free_k1"),
+                ("authorization", b"Bearer free_k1"),
+            ],
         ] {
             let id = ex().identify(&headers(pairs), None).unwrap();
             assert_eq!(id.raw(), "free_k1");

@@ -181,12 +181,14 @@ impl PrincipalExtractor {
 impl KeyExtractor for PrincipalExtractor {
     fn extract(&self, request: &http::request::Parts) -> Result<Identity, IdentityError> {
         let credential = self.headers.credential(&request.headers)?;
-        let ip = self.headers.client_ip(&request.headers, peer_ip(&request.extensions))?;
+        let ip = self
+            .headers
+            .client_ip(&request.headers, peer_ip(&request.extensions))?;
         match (self.read)(&request.extensions) {
             Some((id, tier)) => {
                 self.seen_verified.store(true, Ordering::Relaxed);
-                let identity = Identity::keyed(IdentityKind::Custom, id, self.headers.key())
-                    .with_ip(ip);
+                let identity =
+                    Identity::keyed(IdentityKind::Custom, id, self.headers.key()).with_ip(ip);
                 Ok(match tier {
                     Some(t) => identity.with_tier(t),
                     None => identity,

@@ -64,7 +64,11 @@ impl PrefixResolver {
         self.policy
             .tiers
             .iter()
-            .find(|t| t.match_prefix.as_deref().is_some_and(|p| raw.starts_with(p)))
+            .find(|t| {
+                t.match_prefix
+                    .as_deref()
+                    .is_some_and(|p| raw.starts_with(p))
+            })
             .map(|t| t.name.as_str())
     }
 }

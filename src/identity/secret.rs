@@ -121,7 +121,10 @@ mod tests {
         assert!(from_file.same_as(&inline));
         std::fs::write(&file, "short\n").unwrap();
         let err = deployment_key(&s, "redis").unwrap_err().to_string();
-        assert!(err.contains("identity.hash_secret_file") && err.contains("16 bytes"), "{err}");
+        assert!(
+            err.contains("identity.hash_secret_file") && err.contains("16 bytes"),
+            "{err}"
+        );
         std::fs::write(&file, "x".repeat(10_000)).unwrap();
         assert!(deployment_key(&s, "redis").is_err());
         s.hash_secret_file = Some(dir.path().to_owned());

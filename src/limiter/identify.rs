@@ -137,7 +137,11 @@ impl PolicySnapshot {
 
     /// The tier, and whether anything named it (`false`: a key matching
     /// no prefix, given `default_tier`).
-    fn tier_of(&self, identity: &Identity, request: &Parts) -> Result<(String, bool), IdentityError> {
+    fn tier_of(
+        &self,
+        identity: &Identity,
+        request: &Parts,
+    ) -> Result<(String, bool), IdentityError> {
         let live = self.live();
         if live.compiled.tiers.is_empty() {
             // A policy without tiers limits nothing, whatever names a tier.

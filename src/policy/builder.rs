@@ -286,7 +286,9 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
         if !p.tiers.is_empty() && !names.contains(t.as_str()) {
             return Err((
                 "identity.unknown_tier".into(),
-                format!("names tier \"{t}\", which is not defined; say \"reject\" or name a defined tier"),
+                format!(
+                    "names tier \"{t}\", which is not defined; say \"reject\" or name a defined tier"
+                ),
             ));
         }
     }

@@ -138,7 +138,10 @@ impl IdentityKey {
     pub fn hash_identity(&self, kind: &str, raw: &str) -> String {
         match &self.mac {
             None => hash_identity(kind, raw),
-            Some(states) => hex_of(&self.mac_of(states, &[kind.as_bytes(), raw.as_bytes()]), HASH_HEX),
+            Some(states) => hex_of(
+                &self.mac_of(states, &[kind.as_bytes(), raw.as_bytes()]),
+                HASH_HEX,
+            ),
         }
     }
 
@@ -519,13 +522,19 @@ mod tests {
         let b = IdentityKey::new(b"secret-b-secret-b");
         let h = a.hash_identity("key", "free_k");
         assert_eq!(h.len(), HASH_HEX);
-        assert_eq!(h, IdentityKey::new(b"secret-a-secret-a").hash_identity("key", "free_k"));
+        assert_eq!(
+            h,
+            IdentityKey::new(b"secret-a-secret-a").hash_identity("key", "free_k")
+        );
         assert_ne!(h, b.hash_identity("key", "free_k"));
         assert_ne!(h, hash_identity("key", "free_k"));
         assert!(a.same_as(&a.clone()) && !a.same_as(&b) && !a.same_as(&IdentityKey::unkeyed()));
         assert!(!format!("{a:?}").contains("secret"));
         // Kind and value stay apart under a key too.
-        assert_ne!(a.hash_identity("key", "1.2.3.4"), a.hash_identity("ip", "1.2.3.4"));
+        assert_ne!(
+            a.hash_identity("key", "1.2.3.4"),
+            a.hash_identity("ip", "1.2.3.4")
+        );
     }
 
     #[test]
