@@ -243,7 +243,7 @@ pub(super) fn identity(t: Option<Table<'_>>) -> Result<IdentitySettings> {
         id.hash_secret = Some(HashSecret::new(secret).ok_or_else(|| {
             t.error_at(
                 "hash_secret",
-                &format!(
+                format!(
                     "must be at least {} bytes; generate one with `openssl rand -hex 32`",
                     HashSecret::MIN_LEN
                 ),
