@@ -18,7 +18,7 @@ use crate::identity::{
     HeaderExtractor, IdentityKey, KeyExtractor, PrefixResolver, PrincipalExtractor, ReadCaller,
     TierResolver,
 };
-use crate::policy::Policy;
+use crate::policy::{HashSecret, Policy};
 
 /// A policy's identity: the optional `version` the file names and a hash
 /// of its content.
@@ -66,6 +66,9 @@ pub(crate) struct Plugins {
     /// Reads the verified caller of `identity_from_extension`.
     pub(crate) principal: Option<ReadCaller>,
     pub(crate) key: IdentityKey,
+    /// The `hash_secret` and `hash_secret_file` the key came from, so a
+    /// reload that changes them can say it waits for a restart.
+    pub(crate) key_source: (Option<HashSecret>, Option<std::path::PathBuf>),
 }
 
 /// One generation of the policy and everything derived from it.
@@ -85,6 +88,17 @@ impl Live {
     /// Derives every part from a validated `policy`.
     pub(crate) fn new(policy: Policy, plugins: &Plugins) -> Self {
         let policy = Arc::new(policy);
+        let source = (
+            policy.identity.hash_secret.clone(),
+            policy.identity.hash_secret_file.clone(),
+        );
+        if source != plugins.key_source {
+            tracing::warn!(
+                "[identity] hash_secret or hash_secret_file changed: identity hashes keep the \
+                 secret the limiter started with until a restart (a new secret resets every \
+                 counter once)"
+            );
+        }
         let prefix_resolver = PrefixResolver::new(policy.clone());
         let headers = HeaderExtractor::new(policy.identity.clone()).with_key(plugins.key.clone());
         let extractor: Arc<dyn KeyExtractor> = match (&plugins.extractor, plugins.principal) {

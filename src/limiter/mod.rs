@@ -183,6 +183,10 @@ impl LimiterBuilder {
             extractor: self.extractor,
             principal: self.principal,
             key,
+            key_source: (
+                policy.identity.hash_secret.clone(),
+                policy.identity.hash_secret_file.clone(),
+            ),
         };
         let max_entries = policy.store.max_entries;
         let live = Live::new(policy, &plugins);
