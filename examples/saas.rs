@@ -1,12 +1,15 @@
 //! An app with state, its own auth layer, and ratewatch fitted around it:
-//! the tier comes from the plan the auth layer put into the request's
-//! extensions, refusals are `application/problem+json`, a handler shows
-//! the caller's remaining quota, and every block is counted for billing.
+//! the limiter decides on the customer the auth layer verified (its id and
+//! plan, read from the request's extensions), never on whatever credential
+//! a request carries; refusals are `application/problem+json`, a handler
+//! shows the caller's remaining quota, and every block is counted for
+//! billing.
 //!
 //! cargo run --example saas
 //! curl -i -H 'authorization: Bearer tok_alice' localhost:3000/api/orders
 //!
-//! Its tests (`tests/example_saas.rs`) drive [`app`] without a socket.
+//! Its tests (`tests/example_saas.rs`) drive [`app`] without a socket, as
+//! its users and as an attacker would.
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,10 +20,10 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use http::request::Parts;
+use ratewatch::identity::VerifiedCaller;
 use ratewatch::layer::Refusal;
 use ratewatch::policy::IdentitySettings;
-use ratewatch::{Decision, Identity, Limit, Limiter, Policy, Tier, TierResolver};
+use ratewatch::{Decision, Identity, Limit, Limiter, Policy, Tier};
 
 /// What the auth layer learnt about the caller (in a real app: the claims
 /// of a verified JWT).
@@ -41,18 +44,22 @@ pub struct AppState {
     pub blocked: Arc<AtomicU64>,
 }
 
-/// The tier is the plan in the claims; callers without claims fall back
-/// to ratewatch's key-prefix rule (the anonymous tier here).
-struct PlanResolver;
+/// The verified claims are the caller: one quota per customer, in the
+/// tier of its plan.
+impl VerifiedCaller for Claims {
+    fn caller_id(&self) -> &str {
+        &self.sub
+    }
 
-impl TierResolver for PlanResolver {
-    fn resolve(&self, _: &Identity, request: &Parts) -> Option<String> {
-        request.extensions.get::<Claims>().map(|c| c.plan.clone())
+    fn caller_tier(&self) -> Option<&str> {
+        Some(&self.plan)
     }
 }
 
-/// The policy, in code: two plans and anonymous callers. A token with no
-/// known plan gets the smallest one.
+/// The policy, in code: two plans and anonymous callers. A verified
+/// customer without a plan gets the smallest one; a plan the policy does
+/// not define is refused (403) and counted in
+/// `ratewatch_unknown_tier_total`.
 pub fn policy() -> Policy {
     let identity = IdentitySettings {
         default_tier: "starter".into(),
@@ -67,10 +74,12 @@ pub fn policy() -> Policy {
         .expect("a valid policy")
 }
 
-/// A limiter for [`policy`] whose tiers come from the claims.
+/// A limiter for [`policy`] deciding on the verified claims: a request
+/// without them (no token, or one the auth layer did not accept) is the
+/// anonymous caller at its client address, whatever it sends.
 pub async fn limiter() -> Limiter {
     Limiter::builder(policy())
-        .with_resolver(Arc::new(PlanResolver))
+        .identity_from_extension::<Claims>()
         .build()
         .await
         .expect("the memory store always starts")
@@ -93,11 +102,15 @@ pub fn app(limiter: &Limiter, state: AppState) -> Router {
         .route("/api/quota", get(limiter.status_handler()))
         .route("/metrics", get(limiter.metrics_handler()))
         .nest("/dashboard", limiter.dashboard())
-        // Outermost: runs first, so the claims are there for the resolver.
+        // Added last, so it runs first: the claims are in the extensions
+        // before the limiter (and the quota route) look for them.
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .with_state(state)
 }
 
+/// Verifies the Bearer token and leaves its claims in the extensions. An
+/// unknown token is passed on without claims: the limiter then counts the
+/// request as anonymous, so inventing tokens buys nothing.
 async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let token = req
         .headers()
@@ -127,14 +140,17 @@ async fn orders(
 /// RFC 9457 problem details instead of ratewatch's JSON body; the
 /// rate-limit headers and `Retry-After` are still added.
 fn problem_json(refusal: &Refusal<'_>) -> Response {
-    let (title, detail) = match refusal {
-        Refusal::RateLimited { decision, .. } => (
-            "Too Many Requests",
-            format!("your {} plan's limit is used up", decision.tier),
-        ),
-        Refusal::Unavailable { .. } => ("Service Unavailable", "try again shortly".to_owned()),
-        _ => ("Bad Request", "send a valid API token".to_owned()),
+    let detail = match refusal {
+        Refusal::RateLimited { decision, .. } => {
+            format!("your {} plan's limit is used up", decision.tier)
+        }
+        Refusal::Unavailable { .. } => "try again shortly".to_owned(),
+        // Conflicting credentials (400), a token required (401), a plan
+        // this service does not define (403): ratewatch's reason.
+        Refusal::BadIdentity(e) | Refusal::Unauthorized(e) => e.to_string(),
+        _ => "refused".to_owned(),
     };
+    let title = refusal.status().canonical_reason().unwrap_or("Error");
     let body = serde_json::json!({
         "type": "about:blank",
         "title": title,

@@ -115,8 +115,9 @@ async fn status(limiter: Limiter, guard: StatusGuard, req: Request) -> Response 
     // One policy answers the whole look, whatever reloads meanwhile.
     let limiter = limiter.snapshot();
     let (parts, _) = req.into_parts();
-    let identity = match limiter.identify(&parts) {
-        Ok(id) => id,
+    // The layer's own rules: the same request gets the same caller here.
+    let crate::identity::Caller { identity, tier } = match limiter.caller(&parts) {
+        Ok(caller) => caller,
         Err(e) => return crate::layer::identity_error_response(&e),
     };
     if !guard.admits(&identity, limiter.policy().identity.ipv6_prefix) {
@@ -135,7 +136,6 @@ async fn status(limiter: Limiter, guard: StatusGuard, req: Request) -> Response 
         );
         return res;
     }
-    let tier = limiter.resolve_tier(&identity, &parts);
     let d = limiter.peek(&identity, &tier, None).await;
     let policy = limiter.version().clone();
     let body = Status {

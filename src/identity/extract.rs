@@ -5,11 +5,13 @@ use std::net::{IpAddr, SocketAddr};
 use axum::extract::ConnectInfo;
 use http::{Extensions, HeaderMap, header};
 
-use super::{Identity, IdentityKind};
+use super::{Identity, IdentityKey, IdentityKind};
 use crate::policy::{AnonymousMode, IdentitySettings, settings_ip_in};
 
 /// Why a request has no usable identity. Each maps to a clear response:
-/// 400 for a malformed or oversized value, 401 when keys are required.
+/// 400 for a malformed or oversized value or for two different
+/// credentials, 401 when keys are required, 403 when the caller's tier is
+/// one the policy does not define.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum IdentityError {
@@ -24,14 +26,55 @@ pub enum IdentityError {
     /// No key, and anonymous callers are rejected.
     #[error("an API key is required")]
     Missing,
+    /// Two different credentials in one request (the API key header and a
+    /// Bearer token, or one of them repeated with different values): which
+    /// one is the caller would be a guess, and whatever ratewatch chose,
+    /// an app or a proxy reading the other would disagree with it.
+    #[error("{}", conflict_message(first, second))]
+    Conflict {
+        /// The header of the first credential.
+        first: String,
+        /// The header of the other one (the same header when it repeats).
+        second: String,
+    },
+    /// The tier the caller was resolved to is not defined by the policy
+    /// (`[identity] unknown_tier = "reject"`).
+    #[error("the caller's tier is not configured on this service")]
+    UnknownTier,
+}
+
+fn conflict_message(first: &str, second: &str) -> String {
+    if first == second {
+        format!(
+            "conflicting credentials: {first} is repeated with different values; send one credential"
+        )
+    } else {
+        format!(
+            "conflicting credentials: {first} and {second} carry different values; send one credential"
+        )
+    }
 }
 
 impl IdentityError {
     /// The HTTP status this error is answered with.
     pub fn status(&self) -> http::StatusCode {
         match self {
-            IdentityError::Malformed { .. } => http::StatusCode::BAD_REQUEST,
+            IdentityError::Malformed { .. } | IdentityError::Conflict { .. } => {
+                http::StatusCode::BAD_REQUEST
+            }
             IdentityError::Missing => http::StatusCode::UNAUTHORIZED,
+            IdentityError::UnknownTier => http::StatusCode::FORBIDDEN,
+        }
+    }
+
+    /// The `error` field of ratewatch's JSON answer: `bad_identity`,
+    /// `conflicting_credentials`, `api_key_required`, `unknown_tier`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            IdentityError::Malformed { .. } => "bad_identity",
+            IdentityError::Conflict { .. } => "conflicting_credentials",
+            IdentityError::Missing => "api_key_required",
+            IdentityError::UnknownTier => "unknown_tier",
         }
     }
 }
@@ -63,23 +106,47 @@ pub trait KeyExtractor: Send + Sync + 'static {
     fn extract(&self, request: &http::request::Parts) -> Result<Identity, IdentityError>;
 }
 
-/// The default extractor: the API key header, then `Authorization: Bearer`,
-/// then the client IP (`X-Forwarded-For` only from trusted proxies).
+/// The default extractor: the API key header or `Authorization: Bearer`,
+/// else the client IP (`X-Forwarded-For` only from trusted proxies).
+///
+/// One credential per request: two different ones (the key header and a
+/// Bearer token, or either repeated with different values) are a 400
+/// ([`IdentityError::Conflict`]), never "the first one wins". The same
+/// secret sent twice is one credential.
 #[derive(Debug, Clone)]
 pub struct HeaderExtractor {
     settings: IdentitySettings,
     api_key_header: http::HeaderName,
+    key: IdentityKey,
 }
 
 impl HeaderExtractor {
-    /// An extractor following `settings`.
+    /// An extractor following `settings`, hashing without a key (a limiter
+    /// builds its own with the deployment's key).
     pub fn new(settings: IdentitySettings) -> Self {
         let api_key_header = http::HeaderName::from_bytes(settings.api_key_header.as_bytes())
             .unwrap_or_else(|_| http::HeaderName::from_static("x-api-key"));
         Self {
             settings,
             api_key_header,
+            key: IdentityKey::unkeyed(),
         }
+    }
+
+    /// The extractor hashing identities with `key`.
+    pub fn with_key(mut self, key: IdentityKey) -> Self {
+        self.key = key;
+        self
+    }
+
+    /// The settings it follows.
+    pub fn settings(&self) -> &IdentitySettings {
+        &self.settings
+    }
+
+    /// The key identities are hashed with.
+    pub(crate) fn key(&self) -> &IdentityKey {
+        &self.key
     }
 
     /// The caller of a request with `headers` from `peer`.
@@ -89,22 +156,68 @@ impl HeaderExtractor {
         peer: Option<IpAddr>,
     ) -> Result<Identity, IdentityError> {
         let ip = self.client_ip(headers, peer)?;
-        if let Some(value) = headers.get(&self.api_key_header) {
-            let key = self.token_chars(value.as_bytes(), "api key header")?;
-            return Ok(Identity::new(IdentityKind::ApiKey, key).with_ip(ip));
+        match self.credential(headers)? {
+            Some((kind, secret)) => Ok(Identity::keyed(kind, secret, &self.key).with_ip(ip)),
+            None => self.anonymous(ip),
         }
+    }
+
+    /// The caller without a credential, as `[identity] anonymous` says:
+    /// known by its address, or refused.
+    pub fn anonymous(&self, ip: Option<IpAddr>) -> Result<Identity, IdentityError> {
+        match self.settings.anonymous {
+            AnonymousMode::Reject => Err(IdentityError::Missing),
+            AnonymousMode::Ip => Ok(Identity::from_ip_keyed(
+                ip,
+                self.settings.ipv6_prefix,
+                &self.key,
+            )),
+        }
+    }
+
+    /// The one credential `headers` carry (the API key header, or a Bearer
+    /// token when `bearer` is on), `None` without one.
+    ///
+    /// Every value of both headers is read, so a credential cannot hide
+    /// behind another: values that differ are [`IdentityError::Conflict`].
+    /// With `bearer` on, `Authorization` fields that differ conflict
+    /// whatever their scheme (the field is a singleton; a proxy or the app
+    /// may read either one).
+    pub fn credential<'h>(
+        &self,
+        headers: &'h HeaderMap,
+    ) -> Result<Option<(IdentityKind, &'h str)>, IdentityError> {
+        let key_name = self.api_key_header.as_str();
+        let conflict = |first: &str, second: &str| IdentityError::Conflict {
+            first: first.to_owned(),
+            second: second.to_owned(),
+        };
+        let mut key: Option<&str> = None;
+        for value in headers.get_all(&self.api_key_header) {
+            let v = self.token_chars(value.as_bytes(), "api key header")?;
+            match key {
+                Some(k) if k != v => return Err(conflict(key_name, key_name)),
+                _ => key = Some(v),
+            }
+        }
+        let mut token: Option<&str> = None;
         if self.settings.bearer {
-            if let Some(value) = headers.get(header::AUTHORIZATION) {
-                if let Some(token) = bearer_token(value.as_bytes()) {
-                    let token = self.token_chars(token, "authorization")?;
-                    return Ok(Identity::new(IdentityKind::Bearer, token).with_ip(ip));
+            let mut fields = headers.get_all(header::AUTHORIZATION).iter();
+            if let Some(first) = fields.next() {
+                if fields.any(|other| other != first) {
+                    return Err(conflict("authorization", "authorization"));
+                }
+                if let Some(t) = bearer_token(first.as_bytes()) {
+                    token = Some(self.token_chars(t, "authorization")?);
                 }
             }
         }
-        match self.settings.anonymous {
-            AnonymousMode::Reject => Err(IdentityError::Missing),
-            AnonymousMode::Ip => Ok(Identity::from_ip_grouped(ip, self.settings.ipv6_prefix)),
-        }
+        Ok(match (key, token) {
+            (Some(k), Some(t)) if k != t => return Err(conflict(key_name, "authorization")),
+            (Some(k), _) => Some((IdentityKind::ApiKey, k)),
+            (None, Some(t)) => Some((IdentityKind::Bearer, t)),
+            (None, None) => None,
+        })
     }
 
     fn token_chars<'a>(&self, v: &'a [u8], header: &'static str) -> Result<&'a str, IdentityError> {
@@ -250,13 +363,41 @@ mod tests {
     }
 
     #[test]
-    fn api_key_wins_over_bearer_and_ip() {
+    fn two_different_credentials_conflict_and_none_of_them_wins() {
+        let conflict = |pairs: &[(&str, &[u8])]| ex().identify(&headers(pairs), None).unwrap_err();
+        let e = conflict(&[("x-api-key", b"free_k1"), ("authorization", b"Bearer t")]);
+        assert_eq!(e.status(), http::StatusCode::BAD_REQUEST);
+        assert_eq!(e.code(), "conflicting_credentials");
+        assert!(e.to_string().contains("x-api-key and authorization"), "{e}");
+        let e = conflict(&[("x-api-key", b"free_a"), ("x-api-key", b"free_b")]);
+        assert!(e.to_string().contains("x-api-key is repeated"), "{e}");
+        let e = conflict(&[
+            ("authorization", b"Bearer a"),
+            ("authorization", b"Basic b"),
+        ]);
+        assert!(e.to_string().contains("authorization is repeated"), "{e}");
+        // One secret, sent twice or in both headers, is one credential.
+        for pairs in [
+            &[("x-api-key", &b"free_k1"[..]), ("x-api-key", b"free_k1")][..],
+            &[
+                ("x-api-key", b"free_k1"),
+                ("authorization", b"Bearer free_k1"),
+            ],
+            &[
+                ("authorization", b"Bearer free_k1"),
+                ("authorization", b"Bearer free_k1"),
+            ],
+        ] {
+            let id = ex().identify(&headers(pairs), None).unwrap();
+            assert_eq!(id.raw(), "free_k1");
+        }
+        // With `bearer` off, Authorization is not a credential at all.
+        let no_bearer = HeaderExtractor::new(IdentitySettings {
+            bearer: false,
+            ..IdentitySettings::default()
+        });
         let h = headers(&[("x-api-key", b"free_k1"), ("authorization", b"Bearer t")]);
-        let id = ex()
-            .identify(&h, Some("10.0.0.1".parse().unwrap()))
-            .unwrap();
-        assert_eq!(id.kind(), IdentityKind::ApiKey);
-        assert_eq!(id.raw(), "free_k1");
+        assert_eq!(no_bearer.identify(&h, None).unwrap().raw(), "free_k1");
     }
 
     #[test]

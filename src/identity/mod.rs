@@ -12,16 +12,21 @@
 //! ```
 
 mod extract;
+mod principal;
 mod resolve;
+mod secret;
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
 pub use extract::{HeaderExtractor, IdentityError, KeyExtractor, client_ip, peer_ip};
+pub use principal::{Principal, PrincipalExtractor, VerifiedCaller};
+pub(crate) use principal::{ReadCaller, principal_reader};
 pub use resolve::{PrefixResolver, TierResolver};
+pub(crate) use secret::deployment_key;
 
 use crate::policy::KeyDisplay;
-use crate::store::keys::hash_identity;
+pub use crate::store::keys::IdentityKey;
 
 /// How an identity was established.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -84,28 +89,82 @@ pub fn address_group(ip: IpAddr, ipv6_prefix: u8) -> String {
     }
 }
 
+/// The caller of one request as the limiter decides it
+/// ([`crate::PolicySnapshot::caller`]): who, and in which tier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The identity whose counters the request is charged to.
+    pub identity: Identity,
+    /// The tier it is decided in.
+    pub tier: String,
+}
+
 /// A caller. The raw value never reaches a key name, a label or a log:
 /// `Debug` prints the masked form, stores see [`Identity::hash`].
+///
+/// The hash is keyed with an [`IdentityKey`]: [`Identity::new`] uses none,
+/// and a limiter re-hashes an identity with its deployment's key before it
+/// decides, so the key names and the dashboard's forms of every front end
+/// (the layer, [`crate::Limiter::check`]) agree.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Identity {
     kind: IdentityKind,
     raw: String,
     hash: String,
+    key: IdentityKey,
+    tier: Option<String>,
     /// The client IP, when known (for IP-scoped limits).
     pub ip: Option<IpAddr>,
 }
 
 impl Identity {
-    /// An identity of `kind` with raw value `raw`.
+    /// An identity of `kind` with raw value `raw`, hashed without a key
+    /// (a limiter keys it before deciding).
     pub fn new(kind: IdentityKind, raw: impl Into<String>) -> Self {
+        Self::keyed(kind, raw, &IdentityKey::unkeyed())
+    }
+
+    /// An identity of `kind` with raw value `raw`, hashed with `key`.
+    pub fn keyed(kind: IdentityKind, raw: impl Into<String>, key: &IdentityKey) -> Self {
         let raw = raw.into();
-        let hash = hash_identity(kind.hash_class(), &raw);
+        let hash = key.hash_identity(kind.hash_class(), &raw);
         Self {
             kind,
             raw,
             hash,
+            key: key.clone(),
+            tier: None,
             ip: None,
         }
+    }
+
+    /// The identity hashed with `key`: borrowed when it already is.
+    pub fn with_key(&self, key: &IdentityKey) -> std::borrow::Cow<'_, Identity> {
+        if self.key.same_as(key) {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let mut id = self.clone();
+        id.hash = key.hash_identity(self.kind.hash_class(), &self.raw);
+        id.key = key.clone();
+        std::borrow::Cow::Owned(id)
+    }
+
+    /// The hash of a client address group (`scope = "ip"` keys), with the
+    /// same key as this identity's.
+    pub fn address_hash(&self, group: &str) -> String {
+        self.key.hash_identity(IdentityKind::Ip.hash_class(), group)
+    }
+
+    /// The identity with the tier its extractor verified (an auth layer's
+    /// plan): the limiter decides in that tier, if the policy defines it.
+    pub fn with_tier(mut self, tier: impl Into<String>) -> Self {
+        self.tier = Some(tier.into());
+        self
+    }
+
+    /// The tier its extractor verified, if any.
+    pub fn tier(&self) -> Option<&str> {
+        self.tier.as_deref()
     }
 
     /// An anonymous caller known by IP (or `unknown` when the server
@@ -118,9 +177,14 @@ impl Identity {
     /// An anonymous caller known by the [`address_group`] of its IP: every
     /// address of one IPv6 network of `ipv6_prefix` bits is one caller.
     pub fn from_ip_grouped(ip: Option<IpAddr>, ipv6_prefix: u8) -> Self {
+        Self::from_ip_keyed(ip, ipv6_prefix, &IdentityKey::unkeyed())
+    }
+
+    /// [`Identity::from_ip_grouped`], hashed with `key`.
+    pub fn from_ip_keyed(ip: Option<IpAddr>, ipv6_prefix: u8, key: &IdentityKey) -> Self {
         let ip = ip.map(|ip| ip.to_canonical());
         let raw = ip.map_or_else(|| "unknown".to_owned(), |ip| address_group(ip, ipv6_prefix));
-        let mut id = Self::new(IdentityKind::Ip, raw);
+        let mut id = Self::keyed(IdentityKind::Ip, raw, key);
         id.ip = ip;
         id
     }

@@ -48,11 +48,28 @@ impl PrefixResolver {
 
     /// The tier name, synchronously.
     pub fn tier_of(&self, identity: &Identity) -> String {
+        self.matched(identity)
+            .unwrap_or(&self.policy.identity.default_tier)
+            .to_owned()
+    }
+
+    /// The tier the rule names: the anonymous tier for anonymous callers,
+    /// the first tier whose prefix a key starts with, `None` for a key that
+    /// matches no prefix (the caller of `default_tier`).
+    pub fn matched(&self, identity: &Identity) -> Option<&str> {
         if identity.is_anonymous() {
-            self.policy.identity.anonymous_tier.clone()
-        } else {
-            self.policy.tier_for_key(identity.raw()).to_owned()
+            return Some(&self.policy.identity.anonymous_tier);
         }
+        let raw = identity.raw();
+        self.policy
+            .tiers
+            .iter()
+            .find(|t| {
+                t.match_prefix
+                    .as_deref()
+                    .is_some_and(|p| raw.starts_with(p))
+            })
+            .map(|t| t.name.as_str())
     }
 }
 

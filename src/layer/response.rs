@@ -33,7 +33,9 @@ pub enum Refusal<'a> {
         /// Whole seconds until the limiter tries the store again.
         retry_after_secs: u64,
     },
-    /// A header that identifies callers is malformed or too long: 400.
+    /// The request has no usable identity: 400 for a malformed or too long
+    /// header or two different credentials, 403 for a tier the policy does
+    /// not define ([`IdentityError::status`]).
     BadIdentity(&'a IdentityError),
     /// No key, and anonymous callers are rejected: 401.
     Unauthorized(&'a IdentityError),
@@ -151,13 +153,8 @@ impl<'a> Refusal<'a> {
                 (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
             }
             Refusal::BadIdentity(e) | Refusal::Unauthorized(e) => {
-                let error = if e.status() == StatusCode::UNAUTHORIZED {
-                    "api_key_required"
-                } else {
-                    "bad_identity"
-                };
                 let body = BadIdentity {
-                    error,
+                    error: e.code(),
                     message: e.to_string(),
                 };
                 (e.status(), Json(body)).into_response()

@@ -76,11 +76,10 @@ where
             return ResponseFuture::passed(inner.call(req));
         }
         let (mut parts, body) = req.into_parts();
-        let identity = match limiter.identify(&parts) {
-            Ok(id) => id,
+        let crate::identity::Caller { identity, tier } = match limiter.caller(&parts) {
+            Ok(caller) => caller,
             Err(e) => return ResponseFuture::ready(options.refuse(&Refusal::of_identity(&e))),
         };
-        let tier = limiter.resolve_tier(&identity, &parts);
         // The memory store decides here, synchronously: the response future
         // is then the inner service's own. Any other store is waited for.
         let Some(decision) = limiter.check_now(&identity, &tier, route.as_ref()) else {

@@ -12,7 +12,7 @@ use crate::algorithm::Algorithm;
 use crate::identity::{Identity, address_group};
 use crate::policy::{FailurePolicy, Limit, Policy, RouteRule, Scope, shares};
 use crate::store::Item;
-use crate::store::keys::{self, hash_identity};
+use crate::store::keys;
 
 /// The compiled limits of one request, in order: on the stack for a few.
 pub(crate) type Limits<'a> = smallvec::SmallVec<[&'a CompiledLimit; 4]>;
@@ -268,7 +268,7 @@ impl Compiled {
                                 || "unknown".to_owned(),
                                 |ip| address_group(ip, self.ipv6_prefix),
                             );
-                            hash_identity("ip", &group)
+                            identity.address_hash(&group)
                         });
                         keys::ip_key(&self.prefix, h, code)
                     }

@@ -12,23 +12,36 @@
 use std::sync::Arc;
 
 use super::compiled::Compiled;
-use crate::identity::{HeaderExtractor, KeyExtractor, PrefixResolver, TierResolver};
-use crate::policy::{Policy, PolicyVersion};
+use crate::identity::{
+    HeaderExtractor, IdentityKey, KeyExtractor, PrefixResolver, PrincipalExtractor, ReadCaller,
+    TierResolver,
+};
+use crate::policy::{HashSecret, Policy, PolicyVersion};
 
-/// The parts an embedding app plugged in, which outlive every reload.
-#[derive(Clone, Default)]
+/// The parts an embedding app plugged in, and the identity hash key, which
+/// outlive every reload (a new key would be a new counter per caller).
+#[derive(Clone)]
 pub(crate) struct Plugins {
     pub(crate) resolver: Option<Arc<dyn TierResolver>>,
     pub(crate) extractor: Option<Arc<dyn KeyExtractor>>,
+    /// Reads the verified caller of `identity_from_extension`.
+    pub(crate) principal: Option<ReadCaller>,
+    pub(crate) key: IdentityKey,
+    /// The `hash_secret` and `hash_secret_file` the key came from, so a
+    /// reload that changes them can say it waits for a restart.
+    pub(crate) key_source: (Option<HashSecret>, Option<std::path::PathBuf>),
 }
 
 /// One generation of the policy and everything derived from it.
 pub(crate) struct Live {
     pub(crate) policy: Arc<Policy>,
     pub(crate) compiled: Compiled,
-    pub(crate) resolver: Arc<dyn TierResolver>,
+    /// The app's resolver, if it plugged one in.
+    pub(crate) resolver: Option<Arc<dyn TierResolver>>,
     pub(crate) prefix_resolver: PrefixResolver,
     pub(crate) extractor: Arc<dyn KeyExtractor>,
+    /// The deployment's identity hash key.
+    pub(crate) key: IdentityKey,
     pub(crate) version: PolicyVersion,
 }
 
@@ -36,18 +49,30 @@ impl Live {
     /// Derives every part from a validated `policy`.
     pub(crate) fn new(policy: Policy, plugins: &Plugins) -> Self {
         let policy = Arc::new(policy);
+        let source = (
+            policy.identity.hash_secret.clone(),
+            policy.identity.hash_secret_file.clone(),
+        );
+        if source != plugins.key_source {
+            tracing::warn!(
+                "[identity] hash_secret or hash_secret_file changed: identity hashes keep the \
+                 secret the limiter started with until a restart (a new secret resets every \
+                 counter once)"
+            );
+        }
         let prefix_resolver = PrefixResolver::new(policy.clone());
+        let headers = HeaderExtractor::new(policy.identity.clone()).with_key(plugins.key.clone());
+        let extractor: Arc<dyn KeyExtractor> = match (&plugins.extractor, plugins.principal) {
+            (Some(custom), _) => custom.clone(),
+            (None, Some(read)) => Arc::new(PrincipalExtractor::reading(read, headers)),
+            (None, None) => Arc::new(headers),
+        };
         Self {
             compiled: Compiled::new(&policy),
-            resolver: plugins
-                .resolver
-                .clone()
-                .unwrap_or_else(|| Arc::new(prefix_resolver.clone())),
+            resolver: plugins.resolver.clone(),
             prefix_resolver,
-            extractor: plugins
-                .extractor
-                .clone()
-                .unwrap_or_else(|| Arc::new(HeaderExtractor::new(policy.identity.clone()))),
+            extractor,
+            key: plugins.key.clone(),
             version: PolicyVersion::of(&policy),
             policy,
         }

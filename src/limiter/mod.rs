@@ -96,6 +96,7 @@ pub struct LimiterBuilder {
     store: Option<Arc<dyn Store>>,
     resolver: Option<Arc<dyn TierResolver>>,
     extractor: Option<Arc<dyn KeyExtractor>>,
+    principal: Option<crate::identity::ReadCaller>,
     clock: Arc<dyn Clock>,
     telemetry: Option<Telemetry>,
     source: reload::Source,
@@ -118,6 +119,22 @@ impl LimiterBuilder {
     /// Identifies callers with `extractor`.
     pub fn with_extractor(mut self, extractor: Arc<dyn KeyExtractor>) -> Self {
         self.extractor = Some(extractor);
+        self
+    }
+
+    /// Decides on what the app's auth layer verified: a request's caller is
+    /// the `T` the auth layer put into its extensions (its id, and its tier
+    /// if it names one); a request without a `T` is anonymous, limited by
+    /// its client address in the anonymous tier (or refused, with
+    /// `[identity] anonymous = "reject"`) whatever credential it sends.
+    /// `T` is [`crate::identity::Principal`] or the app's own claims type
+    /// implementing [`crate::identity::VerifiedCaller`].
+    ///
+    /// The auth layer must run before the limiter: in axum, add it after
+    /// (outside) `limiter.layer()`. A custom extractor
+    /// ([`LimiterBuilder::with_extractor`]) replaces this one.
+    pub fn identity_from_extension<T: crate::identity::VerifiedCaller>(mut self) -> Self {
+        self.principal = Some(crate::identity::principal_reader::<T>());
         self
     }
 
@@ -147,6 +164,7 @@ impl LimiterBuilder {
             .telemetry
             .unwrap_or_else(|| Telemetry::for_store(&policy.telemetry, &policy.store));
         metrics_handler::prepare(&policy);
+        crate::telemetry::metrics::init_identity_metrics();
         // After the recorder: the store's counts exist at zero from here on.
         let observer: Arc<dyn crate::store::StoreObserver> = Arc::new(StoreMetrics);
         store.observe(observer.clone());
@@ -160,9 +178,16 @@ impl LimiterBuilder {
             breakers.observe(Arc::new(StoreMetrics));
             breakers
         });
+        let key = crate::identity::deployment_key(&policy.identity, store.kind())?;
         let plugins = Plugins {
             resolver: self.resolver,
             extractor: self.extractor,
+            principal: self.principal,
+            key,
+            key_source: (
+                policy.identity.hash_secret.clone(),
+                policy.identity.hash_secret_file.clone(),
+            ),
         };
         let max_entries = policy.store.max_entries;
         let live = Live::new(policy, &plugins);
@@ -211,6 +236,7 @@ impl Limiter {
             store: None,
             resolver: None,
             extractor: None,
+            principal: None,
             clock: Arc::new(SystemClock),
             telemetry: None,
             source: reload::Source::default(),

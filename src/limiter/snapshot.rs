@@ -98,6 +98,9 @@ impl PolicySnapshot {
     ) -> Decision {
         let live = route.map_or(&self.live, |r| &r.live);
         let route = route.map(|r| r.index);
+        // Every front end's identities count under the deployment's key.
+        let keyed = identity.with_key(&live.key);
+        let identity = &*keyed;
         // A store that decides in process needs no future at all.
         if let Some(d) = self.limiter.run_now(live, identity, tier, route, false) {
             return d;
@@ -116,6 +119,8 @@ impl PolicySnapshot {
         route: Option<&RouteMatch>,
     ) -> Option<Decision> {
         let live = route.map_or(&self.live, |r| &r.live);
+        let keyed = identity.with_key(&live.key);
+        let identity = &*keyed;
         self.limiter
             .run_now(live, identity, tier, route.map(|r| r.index), false)
     }
@@ -129,6 +134,8 @@ impl PolicySnapshot {
     ) -> Decision {
         let live = route.map_or(&self.live, |r| &r.live);
         let route = route.map(|r| r.index);
+        let keyed = identity.with_key(&live.key);
+        let identity = &*keyed;
         if let Some(d) = self.limiter.run_now(live, identity, tier, route, true) {
             return d;
         }

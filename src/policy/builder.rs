@@ -298,6 +298,16 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
             ));
         }
     }
+    if let crate::policy::UnknownTier::Tier(t) = &p.identity.unknown_tier {
+        if !p.tiers.is_empty() && !names.contains(t.as_str()) {
+            return Err((
+                "identity.unknown_tier".into(),
+                format!(
+                    "names tier \"{t}\", which is not defined; say \"reject\" or name a defined tier"
+                ),
+            ));
+        }
+    }
     for (ri, route) in p.routes.iter().enumerate() {
         let at = format!("routes[{ri}]");
         if let Some((field, message)) = route.check() {

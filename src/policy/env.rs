@@ -6,6 +6,9 @@
 //!   `memory` or `redis` policy into `kind = "redis"` with that `url`; a
 //!   comma-separated list replaces the `nodes` of a `redis-cluster` policy
 //!   or the `sentinels` of a `redis-sentinel` one.
+//! - `RATEWATCH_HASH_SECRET`: the secret identity hashes are keyed with
+//!   (`[identity] hash_secret`), replacing the file's `hash_secret` or
+//!   `hash_secret_file`.
 //!
 //! ```
 //! use ratewatch::policy::{Policy, StoreKind};
@@ -17,12 +20,15 @@
 //! assert_eq!(policy.store.url.as_deref(), Some("redis://10.0.0.5:6379"));
 //! ```
 
-use super::{ConfigError, Policy, StoreKind};
+use super::{ConfigError, HashSecret, Policy, StoreKind};
 
 /// The policy file [`Policy::from_env`] loads.
 pub const CONFIG_VAR: &str = "RATEWATCH_CONFIG";
 /// The Redis URL (or cluster nodes, comma-separated) overriding `[store]`.
 pub const REDIS_URL_VAR: &str = "RATEWATCH_REDIS_URL";
+/// The secret identity hashes are keyed with, overriding `[identity]
+/// hash_secret` and `hash_secret_file`.
+pub const HASH_SECRET_VAR: &str = "RATEWATCH_HASH_SECRET";
 
 impl Policy {
     /// Loads the policy file named by `RATEWATCH_CONFIG` and applies
@@ -37,7 +43,8 @@ impl Policy {
         Self::from_toml_file(path)?.with_env()
     }
 
-    /// Applies the environment overrides (`RATEWATCH_REDIS_URL`) and
+    /// Applies the environment overrides (`RATEWATCH_REDIS_URL`,
+    /// `RATEWATCH_HASH_SECRET`) and
     /// validates the result.
     pub fn with_env(self) -> Result<Policy, ConfigError> {
         self.with_env_from(|name| std::env::var(name).ok())
@@ -49,6 +56,19 @@ impl Policy {
         mut self,
         var: impl Fn(&str) -> Option<String>,
     ) -> Result<Policy, ConfigError> {
+        if let Some(value) = var(HASH_SECRET_VAR) {
+            let secret = HashSecret::new(&value).ok_or_else(|| {
+                env_error(
+                    HASH_SECRET_VAR,
+                    &format!(
+                        "must be at least {} bytes; generate one with `openssl rand -hex 32`",
+                        HashSecret::MIN_LEN
+                    ),
+                )
+            })?;
+            self.identity.hash_secret = Some(secret);
+            self.identity.hash_secret_file = None;
+        }
         if let Some(value) = var(REDIS_URL_VAR) {
             let urls: Vec<String> = value
                 .split(',')

@@ -29,15 +29,15 @@ mod version;
 pub use builder::PolicyBuilder;
 pub(crate) use builder::leasable;
 pub use config::{ConfigError, parse_duration};
-pub use env::{CONFIG_VAR, REDIS_URL_VAR};
+pub use env::{CONFIG_VAR, HASH_SECRET_VAR, REDIS_URL_VAR};
 pub use lease::{LeaseMode, LeaseSettings};
 pub use limit::{Limit, Scope};
 pub use route::{RouteRule, path_matches};
 pub use settings::{
     AnonymousMode, BreakerSettings, DEFAULT_IPV6_PREFIX, DEFAULT_MAX_ENTRIES, DEFAULT_REDIS_URL,
-    DashboardSettings, FailurePolicy, IdentitySettings, IpNet, KeyDisplay, ResilienceSettings,
-    StoreKind, StoreSettings, TelemetrySettings, TlsFiles, canonical_net as settings_canonical_net,
-    ip_in as settings_ip_in,
+    DashboardSettings, FailurePolicy, HashSecret, IdentitySettings, IpNet, KeyDisplay,
+    ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings, TlsFiles, UnknownTier,
+    UnmatchedKeys, canonical_net as settings_canonical_net, ip_in as settings_ip_in,
 };
 pub use tier::Tier;
 pub use version::PolicyVersion;

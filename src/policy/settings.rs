@@ -215,6 +215,59 @@ pub enum AnonymousMode {
     Reject,
 }
 
+/// What a key or token that names no tier gets (`[identity]
+/// unmatched_keys`): a credential nobody verified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnmatchedKeys {
+    /// Its own quota in `default_tier`: every invented key is a new caller,
+    /// bounded only by IP-scoped limits.
+    #[default]
+    DefaultTier,
+    /// Counted as the anonymous caller at its client address.
+    Anonymous,
+    /// Answered 401.
+    Reject,
+}
+
+/// What a tier name the policy does not define gets when a resolver or a
+/// verified caller names it (`[identity] unknown_tier`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum UnknownTier {
+    /// Answered 403 (`unknown_tier`).
+    #[default]
+    Reject,
+    /// Decided in this tier, which the policy must define.
+    Tier(String),
+}
+
+/// A secret kept out of `Debug` output and policy hashes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HashSecret(String);
+
+impl HashSecret {
+    /// Shortest secret accepted, in bytes: a short one could be guessed
+    /// along with the keys it protects.
+    pub const MIN_LEN: usize = 16;
+
+    /// The secret `s`, if at least [`HashSecret::MIN_LEN`] bytes long
+    /// (surrounding whitespace, such as a file's last newline, removed).
+    pub fn new(s: &str) -> Option<Self> {
+        let s = s.trim();
+        (s.len() >= Self::MIN_LEN).then(|| Self(s.to_owned()))
+    }
+
+    /// The secret's bytes.
+    pub fn expose(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+impl std::fmt::Debug for HashSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
 /// `[identity]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IdentitySettings {
@@ -236,6 +289,15 @@ pub struct IdentitySettings {
     /// IP-scoped limits (one host usually holds a whole /64); 128 counts
     /// each address alone. IPv4 addresses are always counted alone.
     pub ipv6_prefix: u8,
+    /// Keys and tokens that name no tier (header identities only).
+    pub unmatched_keys: UnmatchedKeys,
+    /// A tier name the policy does not define.
+    pub unknown_tier: UnknownTier,
+    /// The secret identity hashes are keyed with (`hash_secret`, or the
+    /// `RATEWATCH_HASH_SECRET` environment variable).
+    pub hash_secret: Option<HashSecret>,
+    /// A file holding that secret, read once when the limiter starts.
+    pub hash_secret_file: Option<PathBuf>,
 }
 
 /// The IPv6 prefix length anonymous and IP-scoped limits group addresses
@@ -253,6 +315,10 @@ impl Default for IdentitySettings {
             trusted_proxies: Vec::new(),
             max_key_len: 256,
             ipv6_prefix: DEFAULT_IPV6_PREFIX,
+            unmatched_keys: UnmatchedKeys::DefaultTier,
+            unknown_tier: UnknownTier::Reject,
+            hash_secret: None,
+            hash_secret_file: None,
         }
     }
 }

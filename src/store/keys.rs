@@ -57,10 +57,124 @@ const HASH_HEX: usize = 24;
 pub const ROUTE_TAG_HEX: usize = 8;
 
 /// Hashes an identity (its kind and raw value) to the hex string used in
-/// keys, fleet stats and the dashboard's hashed view.
+/// keys, fleet stats and the dashboard's hashed view, without a secret: the
+/// scheme of a Redis deployment that configures no `hash_secret`
+/// ([`IdentityKey::unkeyed`]). Anyone holding a key name can test guesses
+/// against it offline; [`IdentityKey::hash_identity`] with a secret cannot
+/// be reversed without the secret.
 pub fn hash_identity(kind: &str, raw: &str) -> String {
     hex_hash(&[kind.as_bytes(), raw.as_bytes()], HASH_HEX)
 }
+
+/// The secret identity hashes are keyed with: HMAC-SHA256 over the
+/// identity's kind and raw value, or, [`IdentityKey::unkeyed`], the plain
+/// SHA-256 of [`hash_identity`]. Cheap to clone.
+///
+/// Every instance sharing a store must hold the same key, or each counts
+/// the same caller under a different name (and so gives it its own quota).
+///
+/// ```
+/// use ratewatch::store::keys::{IdentityKey, hash_identity};
+/// let a = IdentityKey::new(b"a deployment secret of 32 bytes!");
+/// let b = IdentityKey::new(b"another secret, another fleet...");
+/// assert_ne!(a.hash_identity("key", "free_k"), b.hash_identity("key", "free_k"));
+/// assert_eq!(a.hash_identity("key", "free_k"), a.clone().hash_identity("key", "free_k"));
+/// assert_eq!(IdentityKey::unkeyed().hash_identity("key", "free_k"), hash_identity("key", "free_k"));
+/// ```
+#[derive(Clone)]
+pub struct IdentityKey {
+    /// 0 for the unkeyed scheme, else a fingerprint of the secret (never
+    /// shown): tells whether an identity was hashed with this key.
+    id: u64,
+    /// SHA-256 states after the inner and outer padded key blocks.
+    mac: Option<std::sync::Arc<(Sha256, Sha256)>>,
+}
+
+impl IdentityKey {
+    /// HMAC-SHA256 keyed with `secret`.
+    pub fn new(secret: &[u8]) -> Self {
+        const BLOCK: usize = 64;
+        let mut block = [0u8; BLOCK];
+        if secret.len() > BLOCK {
+            block[..32].copy_from_slice(&Sha256::digest(secret));
+        } else {
+            block[..secret.len()].copy_from_slice(secret);
+        }
+        let pad = |byte: u8| {
+            let mut h = Sha256::new();
+            h.update(block.map(|b| b ^ byte));
+            h
+        };
+        let fingerprint = digest(&[b"ratewatch identity key id", secret]);
+        let id = u64::from_le_bytes(fingerprint[..8].try_into().unwrap_or_default()).max(1);
+        Self {
+            id,
+            mac: Some(std::sync::Arc::new((pad(0x36), pad(0x5c)))),
+        }
+    }
+
+    /// A key from 32 random bytes: for a store no other process shares.
+    pub fn random() -> Self {
+        Self::new(&rand::random::<[u8; 32]>())
+    }
+
+    /// No secret: [`hash_identity`]'s plain SHA-256.
+    pub fn unkeyed() -> Self {
+        Self { id: 0, mac: None }
+    }
+
+    /// Whether a secret keys the hashes.
+    pub fn is_keyed(&self) -> bool {
+        self.mac.is_some()
+    }
+
+    /// Whether `self` and `other` hash every identity alike.
+    pub fn same_as(&self, other: &IdentityKey) -> bool {
+        self.id == other.id
+    }
+
+    /// The hex hash of an identity of `kind` (its hash class) with raw value
+    /// `raw`: 24 hex digits, as [`hash_identity`] gives.
+    pub fn hash_identity(&self, kind: &str, raw: &str) -> String {
+        match &self.mac {
+            None => hash_identity(kind, raw),
+            Some(states) => hex_of(
+                &self.mac_of(states, &[kind.as_bytes(), raw.as_bytes()]),
+                HASH_HEX,
+            ),
+        }
+    }
+
+    fn mac_of(&self, states: &(Sha256, Sha256), parts: &[&[u8]]) -> [u8; 32] {
+        let mut inner = states.0.clone();
+        for (i, p) in parts.iter().enumerate() {
+            if i > 0 {
+                inner.update([0]);
+            }
+            inner.update(p);
+        }
+        let mut outer = states.1.clone();
+        outer.update(inner.finalize());
+        outer.finalize().into()
+    }
+}
+
+impl std::fmt::Debug for IdentityKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the secret, nor its fingerprint.
+        f.debug_struct("IdentityKey")
+            .field("keyed", &self.is_keyed())
+            .finish()
+    }
+}
+
+impl PartialEq for IdentityKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.same_as(other)
+    }
+}
+
+impl Eq for IdentityKey {}
 
 fn digest(parts: &[&[u8]]) -> [u8; 32] {
     let mut h = Sha256::new();
@@ -74,7 +188,10 @@ fn digest(parts: &[&[u8]]) -> [u8; 32] {
 }
 
 fn hex_hash(parts: &[&[u8]], len: usize) -> String {
-    let digest = digest(parts);
+    hex_of(&digest(parts), len)
+}
+
+fn hex_of(digest: &[u8; 32], len: usize) -> String {
     // By table, not `format!` per byte: this runs once per request.
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(len + 1);
@@ -371,6 +488,53 @@ mod tests {
         assert_eq!(same[0], same[1]);
         let policy = limit_codes(inputs.into_iter());
         assert!(policy.iter().all(|c| c.len() == LIMIT_CODE_LEN));
+    }
+
+    /// RFC 4231 test cases 1, 2 and 6 (a key longer than the block).
+    #[test]
+    fn the_keyed_hash_is_hmac_sha256() {
+        let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let mac = |key: &[u8], data: &[u8]| {
+            let k = IdentityKey::new(key);
+            let states = k.mac.clone().unwrap();
+            hex(&k.mac_of(&states, &[data]))
+        };
+        assert_eq!(
+            mac(&[0x0b; 20], b"Hi There"),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"
+        );
+        assert_eq!(
+            mac(b"Jefe", b"what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        assert_eq!(
+            mac(
+                &[0xaa; 131],
+                b"Test Using Larger Than Block-Size Key - Hash Key First"
+            ),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+        );
+    }
+
+    #[test]
+    fn a_keyed_hash_differs_per_secret_and_from_the_unkeyed_one() {
+        let a = IdentityKey::new(b"secret-a-secret-a");
+        let b = IdentityKey::new(b"secret-b-secret-b");
+        let h = a.hash_identity("key", "free_k");
+        assert_eq!(h.len(), HASH_HEX);
+        assert_eq!(
+            h,
+            IdentityKey::new(b"secret-a-secret-a").hash_identity("key", "free_k")
+        );
+        assert_ne!(h, b.hash_identity("key", "free_k"));
+        assert_ne!(h, hash_identity("key", "free_k"));
+        assert!(a.same_as(&a.clone()) && !a.same_as(&b) && !a.same_as(&IdentityKey::unkeyed()));
+        assert!(!format!("{a:?}").contains("secret"));
+        // Kind and value stay apart under a key too.
+        assert_ne!(
+            a.hash_identity("key", "1.2.3.4"),
+            a.hash_identity("ip", "1.2.3.4")
+        );
     }
 
     #[test]

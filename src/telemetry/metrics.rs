@@ -557,3 +557,31 @@ pub fn record_policy_info(old: Option<(&str, &str)>, new: (&str, &str)) {
     gauge!(POLICY_INFO, LABEL_VERSION => version.to_owned(), LABEL_HASH => hash.to_owned())
         .set(1.0);
 }
+
+// Identity: tiers named by a resolver or a verified caller that the policy
+// does not define.
+
+/// Tier answers naming a tier the policy does not define: counter {source =
+/// `resolver` | `identity`}. Never labelled by the name itself, which may
+/// follow what a client sends.
+pub const UNKNOWN_TIER_TOTAL: &str = "ratewatch_unknown_tier_total";
+/// Label: what named the tier (`resolver`: the app's `TierResolver`;
+/// `identity`: the tier a verified caller carried).
+pub const LABEL_SOURCE: &str = "source";
+
+/// Describes the identity metrics and sets them at zero for every source.
+pub fn init_identity_metrics() {
+    describe_counter!(
+        UNKNOWN_TIER_TOTAL,
+        "Requests whose resolver or verified caller named a tier the policy does not define \
+         (refused with 403, or decided in [identity] unknown_tier), by source."
+    );
+    for source in ["resolver", "identity"] {
+        counter!(UNKNOWN_TIER_TOTAL, LABEL_SOURCE => source).increment(0);
+    }
+}
+
+/// Counts one answer naming a tier the policy does not define.
+pub fn record_unknown_tier(source: &'static str) {
+    counter!(UNKNOWN_TIER_TOTAL, LABEL_SOURCE => source).increment(1);
+}

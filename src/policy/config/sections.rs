@@ -5,8 +5,9 @@ use std::net::IpAddr;
 
 use super::reader::{Result, Table};
 use crate::policy::{
-    AnonymousMode, DashboardSettings, FailurePolicy, IdentitySettings, IpNet, KeyDisplay,
-    LeaseSettings, ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings,
+    AnonymousMode, DashboardSettings, FailurePolicy, HashSecret, IdentitySettings, IpNet,
+    KeyDisplay, LeaseSettings, ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings,
+    UnknownTier, UnmatchedKeys,
 };
 
 pub(super) const FAILURE_POLICIES: [(&str, FailurePolicy); 3] = [
@@ -180,6 +181,10 @@ pub(super) fn identity(t: Option<Table<'_>>) -> Result<IdentitySettings> {
             "trusted_proxies",
             "max_key_len",
             "ipv6_prefix",
+            "unmatched_keys",
+            "unknown_tier",
+            "hash_secret",
+            "hash_secret_file",
         ],
         "[identity]",
     )?;
@@ -218,6 +223,44 @@ pub(super) fn identity(t: Option<Table<'_>>) -> Result<IdentitySettings> {
     }
     if let Some(n) = t.uint("ipv6_prefix", 1, 128)? {
         id.ipv6_prefix = n as u8;
+    }
+    let unmatched = [
+        ("default_tier", UnmatchedKeys::DefaultTier),
+        ("anonymous", UnmatchedKeys::Anonymous),
+        ("reject", UnmatchedKeys::Reject),
+    ];
+    if let Some(u) = t.choice("unmatched_keys", &unmatched)? {
+        id.unmatched_keys = u;
+    }
+    // "reject", or a tier name (checked against the tiers with the policy).
+    if let Some(u) = t.str("unknown_tier")? {
+        id.unknown_tier = match u {
+            "reject" => UnknownTier::Reject,
+            tier => UnknownTier::Tier(tier.to_owned()),
+        };
+    }
+    if let Some(secret) = t.str("hash_secret")? {
+        id.hash_secret = Some(HashSecret::new(secret).ok_or_else(|| {
+            t.error_at(
+                "hash_secret",
+                format!(
+                    "must be at least {} bytes; generate one with `openssl rand -hex 32`",
+                    HashSecret::MIN_LEN
+                ),
+            )
+        })?);
+    }
+    if let Some(file) = t.str("hash_secret_file")? {
+        if id.hash_secret.is_some() {
+            return Err(t.error_at(
+                "hash_secret_file",
+                "cannot be set beside hash_secret: give the secret one way",
+            ));
+        }
+        if file.is_empty() {
+            return Err(t.error_at("hash_secret_file", "must not be empty"));
+        }
+        id.hash_secret_file = Some(file.into());
     }
     Ok(id)
 }

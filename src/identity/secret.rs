@@ -1,0 +1,136 @@
+//! The deployment's identity hash key, chosen once when a limiter starts.
+//!
+//! - `[identity] hash_secret`, `hash_secret_file` or the
+//!   `RATEWATCH_HASH_SECRET` environment variable: HMAC-SHA256 with it.
+//!   Every instance sharing a store must be given the same secret.
+//! - No secret, memory store: a random secret for this process. Counters
+//!   live in the process, so nothing else needs to agree with it.
+//! - No secret, a Redis store: the unkeyed SHA-256 of earlier versions,
+//!   with a warning. A random secret per process would give every replica
+//!   its own counters (its own quota) for the same caller; a refusal to
+//!   start would break every deployment that upgrades.
+//!
+//! The key is read once: a reload never changes it, since new hashes are
+//! new counters (a one-time reset of every quota).
+
+use std::io::Read;
+use std::path::Path;
+
+use super::IdentityKey;
+use crate::policy::{ConfigError, HashSecret, IdentitySettings};
+
+/// Largest secret file read (bytes): a secret is a line, and a path that
+/// names something else (a device, a huge file) must not stall the start.
+const MAX_SECRET_FILE: u64 = 4096;
+
+/// The key identities are hashed with, from `settings` and the kind of
+/// the store decisions go to (`Store::kind`: `memory`, `redis`, ...).
+pub(crate) fn deployment_key(
+    settings: &IdentitySettings,
+    store: &str,
+) -> Result<IdentityKey, ConfigError> {
+    if let Some(secret) = &settings.hash_secret {
+        return Ok(IdentityKey::new(secret.expose()));
+    }
+    if let Some(path) = &settings.hash_secret_file {
+        let secret = read_secret_file(path)?;
+        return Ok(IdentityKey::new(secret.expose()));
+    }
+    if store == "memory" {
+        tracing::info!(
+            "no [identity] hash_secret: identity hashes are keyed with a random secret for this \
+             process (masked and hashed forms change at restart); set hash_secret_file or \
+             RATEWATCH_HASH_SECRET to keep them"
+        );
+        return Ok(IdentityKey::random());
+    }
+    tracing::warn!(
+        store,
+        "no [identity] hash_secret: identity hashes in Redis key names and on the dashboard are \
+         unkeyed SHA-256, so a guessed key can be checked offline against them. Set \
+         hash_secret_file or RATEWATCH_HASH_SECRET, the same on every instance (changing it \
+         resets every counter once)"
+    );
+    Ok(IdentityKey::unkeyed())
+}
+
+fn read_secret_file(path: &Path) -> Result<HashSecret, ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid {
+        file: Some(path.display().to_string()),
+        line: None,
+        field: "identity.hash_secret_file".into(),
+        message,
+    };
+    // Follows symlinks (mounted secrets are links); only a regular file.
+    let meta = std::fs::metadata(path).map_err(|e| invalid(format!("cannot be read: {e}")))?;
+    if !meta.is_file() {
+        return Err(invalid("is not a regular file".into()));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_SECRET_FILE + 1).read_to_string(&mut text))
+        .map_err(|e| invalid(format!("cannot be read as text: {e}")))?;
+    if text.len() as u64 > MAX_SECRET_FILE {
+        return Err(invalid(format!(
+            "is longer than {MAX_SECRET_FILE} bytes; it should hold the secret alone"
+        )));
+    }
+    HashSecret::new(&text).ok_or_else(|| {
+        invalid(format!(
+            "must hold a secret of at least {} bytes; generate one with `openssl rand -hex 32`",
+            HashSecret::MIN_LEN
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> IdentitySettings {
+        IdentitySettings::default()
+    }
+
+    #[test]
+    fn a_configured_secret_keys_the_hashes_alike_on_every_store() {
+        let mut s = settings();
+        s.hash_secret = HashSecret::new("a shared secret of the fleet");
+        let memory = deployment_key(&s, "memory").unwrap();
+        let redis = deployment_key(&s, "redis").unwrap();
+        assert!(memory.is_keyed() && memory.same_as(&redis));
+    }
+
+    #[test]
+    fn without_a_secret_memory_is_random_and_redis_stays_unkeyed() {
+        let a = deployment_key(&settings(), "memory").unwrap();
+        let b = deployment_key(&settings(), "memory").unwrap();
+        assert!(a.is_keyed() && !a.same_as(&b));
+        let redis = deployment_key(&settings(), "redis").unwrap();
+        assert!(!redis.is_keyed());
+    }
+
+    #[test]
+    fn a_secret_file_is_read_trimmed_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("secret");
+        std::fs::write(&file, "a shared secret of the fleet\n").unwrap();
+        let mut s = settings();
+        s.hash_secret_file = Some(file.clone());
+        let from_file = deployment_key(&s, "redis").unwrap();
+        let inline = IdentityKey::new(b"a shared secret of the fleet");
+        assert!(from_file.same_as(&inline));
+        std::fs::write(&file, "short\n").unwrap();
+        let err = deployment_key(&s, "redis").unwrap_err().to_string();
+        assert!(
+            err.contains("identity.hash_secret_file") && err.contains("16 bytes"),
+            "{err}"
+        );
+        std::fs::write(&file, "x".repeat(10_000)).unwrap();
+        assert!(deployment_key(&s, "redis").is_err());
+        s.hash_secret_file = Some(dir.path().to_owned());
+        let err = deployment_key(&s, "redis").unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+        s.hash_secret_file = Some(dir.path().join("missing"));
+        assert!(deployment_key(&s, "redis").is_err());
+    }
+}
