@@ -16,9 +16,10 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde::Serialize;
 
+use super::follow::Follow;
 use super::live::{Live, PolicyVersion};
 use super::{Limiter, LimiterBuilder};
-use crate::policy::{ConfigError, Policy};
+use crate::policy::{ConfigError, Policy, PolicyFile, read_policy_file};
 use crate::telemetry::{metrics, unix_now};
 
 /// The settings a reload cannot apply (they shape connections, breakers,
@@ -38,11 +39,18 @@ pub(crate) const RESTART_REQUIRED: [&str; 8] = [
 /// `ratewatch` binary applies its environment overrides with it).
 pub(crate) type Adjust = Arc<dyn Fn(Policy) -> Result<Policy, ConfigError> + Send + Sync>;
 
-/// Where the limiter's policy came from, so a reload can read it again.
+/// Where the limiter's policy came from, so a reload can read it again,
+/// and how the file is followed.
 #[derive(Clone, Default)]
 pub(crate) struct Source {
-    path: Option<PathBuf>,
+    pub(super) path: Option<PathBuf>,
     adjust: Option<Adjust>,
+    pub(super) follow: Follow,
+    /// Reload on SIGHUP too.
+    pub(super) sighup: bool,
+    /// The file as read for the policy the limiter starts with, if the
+    /// builder read it (so following starts from exactly those bytes).
+    pub(super) initial: Option<PolicyFile>,
 }
 
 /// Why a reload did not apply a new policy. The old policy keeps serving.
@@ -109,7 +117,10 @@ pub struct PolicyStatus {
 
 /// The limiter's reload bookkeeping.
 pub(crate) struct ReloadState {
-    source: Source,
+    pub(super) source: Source,
+    /// The source file's version and bytes behind the policy in force,
+    /// once known: what the follower compares the file with.
+    applied: Mutex<Option<PolicyFile>>,
     /// Held for a whole reload, so two reloads never interleave their
     /// compare and swap.
     status: Mutex<PolicyStatus>,
@@ -118,6 +129,7 @@ pub(crate) struct ReloadState {
 impl ReloadState {
     pub(crate) fn new(source: Source, version: &PolicyVersion) -> Self {
         Self {
+            applied: Mutex::new(source.initial.clone()),
             status: Mutex::new(PolicyStatus {
                 version: version.version.clone(),
                 hash: version.hash.clone(),
@@ -130,6 +142,17 @@ impl ReloadState {
             }),
             source,
         }
+    }
+}
+
+impl ReloadState {
+    /// The source file behind the policy in force, if known.
+    pub(super) fn applied_file(&self) -> Option<PolicyFile> {
+        self.applied.lock().clone()
+    }
+
+    pub(super) fn set_applied_file(&self, file: PolicyFile) {
+        *self.applied.lock() = Some(file);
     }
 }
 
@@ -166,47 +189,74 @@ impl Limiter {
     /// under the old policy, later ones run under the new. Counters of
     /// limits that keep their name, scope and algorithm carry on.
     ///
+    /// The file is read once, whole, and exactly the bytes read are
+    /// validated and applied. Only a regular file (or a symlink to one) of
+    /// at most [`MAX_POLICY_FILE_BYTES`](crate::policy::MAX_POLICY_FILE_BYTES)
+    /// is read; a FIFO or a device is refused without waiting on it, and a
+    /// file that changed while it was read is refused as being written.
+    /// Unlike the follower ([`Follow`]), this call does not wait for a
+    /// freshly written file to settle: it applies what the file holds now.
+    ///
     /// On error the old policy keeps serving; the error is logged, counted
     /// in `ratewatch_config_reloads_total{result="error"}` and shown in
     /// [`Limiter::policy_status`].
     ///
-    /// It reads the file with a plain blocking read (a policy is small);
-    /// from async code on a busy runtime, call it in `spawn_blocking` as the
-    /// `ratewatch` server does.
+    /// It blocks for one bounded file read; from async code, call it in
+    /// `spawn_blocking`.
     pub fn reload(&self) -> Result<ReloadOutcome, ReloadError> {
-        let source = &self.inner.reload.source;
-        let Some(path) = &source.path else {
+        let Some(path) = &self.inner.reload.source.path else {
             return Err(ReloadError::NoSource);
         };
-        let read = Policy::from_toml_file(path).and_then(|policy| match &source.adjust {
+        match read_policy_file(path) {
+            Ok(file) => self.reload_file(path, file),
+            Err(e) => Err(self.refuse(e.error)),
+        }
+    }
+
+    /// Validates the text of `file` (read from `path`) and applies it.
+    pub(super) fn reload_file(
+        &self,
+        path: &Path,
+        file: PolicyFile,
+    ) -> Result<ReloadOutcome, ReloadError> {
+        match self.parse_source(path, &file.text) {
+            Ok(policy) => {
+                let outcome = self.apply(policy);
+                self.inner.reload.set_applied_file(file);
+                Ok(outcome)
+            }
+            Err(e) => Err(self.refuse(e)),
+        }
+    }
+
+    /// The policy `text` of the source file `path` says, adjusted and
+    /// validated as a reload would apply it.
+    pub(super) fn parse_source(&self, path: &Path, text: &str) -> Result<Policy, ConfigError> {
+        let source = &self.inner.reload.source;
+        let policy = Policy::from_toml_str(text, Some(&path.display().to_string()))?;
+        let policy = match &source.adjust {
             Some(adjust) => {
                 let policy = adjust(policy)?;
                 policy.validate()?;
-                Ok(policy)
+                policy
             }
-            None => Ok(policy),
-        });
-        let read = read.and_then(|policy| {
-            // A file without tiers limits nothing. Read while an editor or
-            // a config map had it truncated (or emptied by mistake), it
-            // would lift every limit at once: keep the policy in force.
-            if policy.tiers.is_empty() && !self.policy().tiers.is_empty() {
-                return Err(ConfigError::Invalid {
-                    file: Some(path.display().to_string()),
-                    line: None,
-                    field: "tiers".into(),
-                    message: "defines no tier, so it would limit nothing; a reload may not \
-                              drop every tier of the policy in force (restart to serve an \
-                              unlimited policy)"
-                        .into(),
-                });
-            }
-            Ok(policy)
-        });
-        match read {
-            Ok(policy) => Ok(self.apply(policy)),
-            Err(e) => Err(self.refuse(e)),
+            None => policy,
+        };
+        // A file without tiers limits nothing. Read while an editor or a
+        // config map had it truncated (or emptied by mistake), it would
+        // lift every limit at once: keep the policy in force.
+        if policy.tiers.is_empty() && !self.policy().tiers.is_empty() {
+            return Err(ConfigError::Invalid {
+                file: Some(path.display().to_string()),
+                line: None,
+                field: "tiers".into(),
+                message: "defines no tier, so it would limit nothing; a reload may not \
+                          drop every tier of the policy in force (restart to serve an \
+                          unlimited policy)"
+                    .into(),
+            });
         }
+        Ok(policy)
     }
 
     /// Validates `policy` and, if it is valid, swaps it in as
@@ -266,7 +316,7 @@ impl Limiter {
         }
     }
 
-    fn refuse(&self, error: ConfigError) -> ReloadError {
+    pub(super) fn refuse(&self, error: ConfigError) -> ReloadError {
         let mut status = self.inner.reload.status.lock();
         tracing::error!(error = %error, "policy reload failed; the previous policy keeps serving");
         status.last_reload = Some(ReloadAttempt {
