@@ -42,7 +42,7 @@ limits = [
 [[routes]]
 method = "POST"
 path = "/api/export"
-cost = 5
+cost = 2
 on_store_failure = "closed"
 "#
     )
@@ -52,7 +52,9 @@ on_store_failure = "closed"
 /// write or a full disk leaves it: the tier's limits, the routes and the
 /// fail-closed export rule are gone, and what is left parses.
 fn truncated(text: &str) -> String {
-    let at = text.find("name = \"anonymous\"\n").expect("the anonymous tier");
+    let at = text
+        .find("name = \"anonymous\"\n")
+        .expect("the anonymous tier");
     text[..at + "name = \"anonymous\"\n".len()].to_owned()
 }
 
@@ -90,10 +92,10 @@ async fn a_truncated_policy_is_refused_and_the_old_limits_hold() {
     assert_eq!(status.version, "a");
     let last = status.last_reload.expect("the attempt is shown");
     assert!(!last.ok);
-    // The routes survive too: the export still fails closed at cost 5.
+    // The routes survive too: the export still fails closed at cost 2.
     let policy = limiter.policy();
     let export = &policy.routes[0];
-    assert_eq!((export.path.as_str(), export.cost), ("/api/export", 5));
+    assert_eq!((export.path.as_str(), export.cost), ("/api/export", 2));
     assert_eq!(
         export.on_store_failure,
         Some(ratewatch::policy::FailurePolicy::Closed)
@@ -120,7 +122,10 @@ fn a_tier_without_limits_is_a_config_error_naming_file_line_and_field() {
         "line {line} is not the anonymous tier's ({tier_lines:?}): {err}"
     );
     let shown = err.to_string();
-    assert!(shown.starts_with(&format!("{}:{line}:", file.display())), "{shown}");
+    assert!(
+        shown.starts_with(&format!("{}:{line}:", file.display())),
+        "{shown}"
+    );
     assert!(shown.contains("unlimited = true"), "{shown}");
 
     // Saying so explicitly is accepted, and contradicting limits are not.
@@ -174,9 +179,11 @@ impl Server {
             .spawn()
             .expect("start ratewatch");
         let server = Self { child, port };
-        wait_for(Duration::from_secs(20), "the server answers /health", || {
-            (server.get("/health")?.0 == 200).then_some(())
-        });
+        wait_for(
+            Duration::from_secs(20),
+            "the server answers /health",
+            || (server.get("/health")?.0 == 200).then_some(()),
+        );
         server
     }
 
@@ -189,7 +196,10 @@ impl Server {
         let mut text = String::new();
         s.read_to_string(&mut text).ok()?;
         let status = text.get(9..12)?.parse().ok()?;
-        let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
+        let body = text
+            .split_once("\r\n\r\n")
+            .map_or("", |(_, b)| b)
+            .to_owned();
         Some((status, body))
     }
 
@@ -202,7 +212,9 @@ impl Server {
     }
 
     fn reloads(&self, result: &str) -> f64 {
-        self.metric(&format!("ratewatch_config_reloads_total{{result=\"{result}\"}}"))
+        self.metric(&format!(
+            "ratewatch_config_reloads_total{{result=\"{result}\"}}"
+        ))
     }
 
     fn signal(&self, signal: &str) {
@@ -292,9 +304,11 @@ fn a_fifo_or_dev_zero_at_the_policy_path_never_stalls_the_server() {
     });
     keeps_answering(&server, "with a FIFO at the policy path");
     server.signal("HUP");
-    wait_for(Duration::from_secs(20), "SIGHUP refuses the FIFO too", || {
-        (server.reloads("error") >= 2.0).then_some(())
-    });
+    wait_for(
+        Duration::from_secs(20),
+        "SIGHUP refuses the FIFO too",
+        || (server.reloads("error") >= 2.0).then_some(()),
+    );
     keeps_answering(&server, "after a SIGHUP with a FIFO at the policy path");
 
     // /dev/zero never ends: reading it whole would take all memory.
@@ -304,9 +318,11 @@ fn a_fifo_or_dev_zero_at_the_policy_path_never_stalls_the_server() {
         (server.reloads("error") >= 3.0).then_some(())
     });
     server.signal("HUP");
-    wait_for(Duration::from_secs(20), "SIGHUP refuses /dev/zero too", || {
-        (server.reloads("error") >= 4.0).then_some(())
-    });
+    wait_for(
+        Duration::from_secs(20),
+        "SIGHUP refuses /dev/zero too",
+        || (server.reloads("error") >= 4.0).then_some(()),
+    );
     keeps_answering(&server, "with /dev/zero at the policy path");
     let after = server.rss_kib();
     assert!(
@@ -494,19 +510,27 @@ async fn following_can_be_turned_off_and_stops_at_shutdown() {
         .unwrap();
     stopped.shutdown().await;
     std::fs::write(&file, policy("b", 30)).unwrap();
-    support::eventually(Duration::from_secs(20), "the followed limiter applies b", || {
-        let version = followed.policy_status().version;
-        async move { (version == "b").then_some(()) }
-    })
+    support::eventually(
+        Duration::from_secs(20),
+        "the followed limiter applies b",
+        || {
+            let version = followed.policy_status().version;
+            async move { (version == "b").then_some(()) }
+        },
+    )
     .await;
     // Let the followed one poll some more times, so the others had every
     // chance to see the file too.
     let seen = followed.policy_status().applied_at_unix;
     std::fs::write(&file, policy("c", 30)).unwrap();
-    support::eventually(Duration::from_secs(20), "the followed limiter applies c", || {
-        let version = followed.policy_status().version;
-        async move { (version == "c").then_some(()) }
-    })
+    support::eventually(
+        Duration::from_secs(20),
+        "the followed limiter applies c",
+        || {
+            let version = followed.policy_status().version;
+            async move { (version == "c").then_some(()) }
+        },
+    )
     .await;
     assert!(followed.policy_status().applied_at_unix >= seen);
     for limiter in [&off, &stopped] {
@@ -522,24 +546,32 @@ async fn following_can_be_turned_off_and_stops_at_shutdown() {
 async fn a_dropped_limiter_leaves_no_follower_running() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("ratewatch.toml");
-    std::fs::write(&file, policy("a", 3)).unwrap();
+    // The limiter's other tasks end at their next tick once it is gone:
+    // the telemetry flush (here hourly) and the memory store's sweep
+    // (every 10 s). The follower polls hourly too: only stopping with the
+    // limiter can end it within the bound below.
+    let text = format!(
+        "{}\n[telemetry]\nflush_interval_ms = 3600000\n",
+        policy("a", 3)
+    );
+    std::fs::write(&file, text).unwrap();
     let metrics = tokio::runtime::Handle::current().metrics();
-    let before = metrics.num_alive_tasks();
     let limiter = Limiter::builder_from_file(&file)
         .await
         .unwrap()
-        .with_follow(Follow::every(Duration::from_millis(10)))
+        .with_follow(Follow::every(Duration::from_secs(3600)))
         .build()
         .await
         .unwrap();
-    assert!(
-        metrics.num_alive_tasks() > before,
-        "the follower runs beside the limiter"
-    );
+    let running = metrics.num_alive_tasks();
     drop(limiter);
-    support::eventually(Duration::from_secs(10), "every task of the limiter ends", || {
-        let alive = metrics.num_alive_tasks();
-        async move { (alive <= before).then_some(()) }
-    })
+    support::eventually(
+        Duration::from_secs(5),
+        "the follower ends with its limiter",
+        || {
+            let alive = metrics.num_alive_tasks();
+            async move { (alive < running).then_some(()) }
+        },
+    )
     .await;
 }
