@@ -3,6 +3,7 @@
 //! a slow rewrite never lift a limit nor stall the server; a limiter built
 //! from a file follows it (a ConfigMap's `..data` symlink swap included)
 //! in the library, and stops following when told or dropped.
+#![cfg(target_os = "linux")]
 
 mod support;
 

@@ -1,6 +1,7 @@
 //! Reloading the policy: [`Limiter::reload`] re-reads the file the limiter
-//! was built from, [`Limiter::replace_policy`] takes a policy built in
-//! code. Either validates the new policy completely before anything
+//! was built from (the follower in `follow.rs` calls the same path when the
+//! file changes or on SIGHUP), [`Limiter::replace_policy`] takes a policy
+//! built in code. Either validates the new policy completely before anything
 //! changes, so an invalid one never replaces a valid one: the old policy
 //! keeps serving and the error (file, line, field) is logged, counted and
 //! shown by [`Limiter::policy_status`].
@@ -165,7 +166,8 @@ pub(crate) fn started(version: &PolicyVersion) {
 
 impl LimiterBuilder {
     /// Remembers the file the policy was read from, so [`Limiter::reload`]
-    /// can read it again.
+    /// can read it again; the built limiter follows it unless
+    /// [`LimiterBuilder::with_follow`] turns that off.
     pub fn with_source_file(mut self, path: impl AsRef<Path>) -> Self {
         self.source.path = Some(path.as_ref().to_path_buf());
         self
