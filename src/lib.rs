@@ -75,8 +75,8 @@ pub use error::Error;
 pub use identity::{Identity, KeyExtractor, TierResolver};
 pub use layer::{RateLimit, RateLimitLayer};
 pub use limiter::{
-    Decision, DecisionPath, LimitReport, Limiter, LimiterBuilder, PolicySnapshot, PolicyStatus,
-    PolicyVersion, ReloadAttempt, ReloadError, ReloadOutcome, RouteMatch, Source,
+    Decision, DecisionPath, Follow, LimitReport, Limiter, LimiterBuilder, PolicySnapshot,
+    PolicyStatus, PolicyVersion, ReloadAttempt, ReloadError, ReloadOutcome, RouteMatch, Source,
 };
 pub use policy::{Limit, Policy, RouteRule, Tier};
 pub use resilience::BreakerState;

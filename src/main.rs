@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use ratewatch::policy::Policy;
-use ratewatch::{Limiter, server};
+use ratewatch::{Follow, Limiter, server};
 
 /// The policy served when no `--config` is given: the memory store.
 const DEFAULT_CONFIG: &str = include_str!("../ratewatch.toml");
@@ -44,10 +44,14 @@ struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "RATEWATCH_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// How often the policy file is checked for changes, in milliseconds
-    /// (0: reload on SIGHUP only).
+    /// How often the policy file is checked for changes (one stat), in
+    /// milliseconds (0: reload on SIGHUP only).
     #[arg(long, env = "RATEWATCH_RELOAD_POLL_MS", default_value_t = 1000)]
     reload_poll_ms: u64,
+    /// How long a changed policy file must hold still before it is
+    /// applied, in milliseconds (SIGHUP waits for it too).
+    #[arg(long, env = "RATEWATCH_RELOAD_SETTLE_MS", default_value_t = 500)]
+    reload_settle_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -125,23 +129,39 @@ fn run(args: ServeArgs, demo: bool) -> ExitCode {
         let mut builder = Limiter::builder(policy);
         if let Some(file) = &args.config {
             // The environment's overrides apply to every reload too, so a
-            // reload does not report them as changed settings.
+            // reload does not report them as changed settings. The library
+            // follows the file and, installed before the server listens,
+            // answers SIGHUP (whose default action would end the process).
+            let follow = Follow::every(Duration::from_millis(args.reload_poll_ms))
+                .settle(Duration::from_millis(args.reload_settle_ms));
             builder = builder
                 .with_source_file(file)
-                .with_policy_adjust(Policy::with_env);
+                .with_policy_adjust(Policy::with_env)
+                .with_follow(follow);
+            #[cfg(unix)]
+            {
+                builder = builder.reload_on_sighup();
+            }
         }
         let limiter = builder.build().await?;
-        let reloader = server::spawn_reloader(
-            limiter.clone(),
-            args.config.clone(),
-            Duration::from_millis(args.reload_poll_ms),
-        )?;
+        #[cfg(unix)]
+        if args.config.is_none() {
+            // No file to reload, but a SIGHUP must not end the server.
+            let mut hangup =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+            tokio::spawn(async move {
+                while hangup.recv().await.is_some() {
+                    tracing::warn!(
+                        "SIGHUP: no policy file to reload (serving the built-in policy)"
+                    );
+                }
+            });
+        }
         let traffic = demo.then(|| server::spawn_demo_traffic(server::app(limiter.clone())));
         let served = server::serve(limiter.clone(), args.listen).await;
         if let Some(t) = traffic {
             t.abort();
         }
-        reloader.abort();
         limiter.shutdown().await;
         served.map_err(ratewatch::Error::from)
     });

@@ -801,12 +801,13 @@ fn tier_without_a_name_points_at_its_header() {
         r#"
         [[tiers]]
         name = "free"
+        unlimited = true
 
         [[tiers]]
         match_prefix = "pro_"
         "#,
         "tiers[1].name",
-        4,
+        5,
     );
     assert_says(&msg, &["is required"]);
 }

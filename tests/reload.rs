@@ -109,6 +109,18 @@ fn which(header: &str) -> char {
     }
 }
 
+/// A limiter built from `file` that reloads only when told (`reload()`),
+/// so each test knows every reload it counts.
+async fn unfollowed(file: &Path) -> Limiter {
+    Limiter::builder_from_file(file)
+        .await
+        .unwrap()
+        .with_follow(ratewatch::Follow::off())
+        .build()
+        .await
+        .unwrap()
+}
+
 fn write(path: &Path, text: &str) {
     std::fs::write(path, text).expect("write the policy file");
 }
@@ -162,7 +174,7 @@ async fn a_reload_under_load_fails_no_request_and_decides_each_wholly_under_old_
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("ratewatch.toml");
     write(&file, &policy_a(&store(None)));
-    let limiter = Limiter::from_config_file(&file).await.unwrap();
+    let limiter = unfollowed(&file).await;
     let app = app(&limiter);
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
@@ -287,7 +299,7 @@ async fn a_pinned_snapshot_decides_under_its_policy_after_a_reload() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("ratewatch.toml");
     write(&file, &policy_a(&store(None)));
-    let limiter = Limiter::from_config_file(&file).await.unwrap();
+    let limiter = unfollowed(&file).await;
     let id = ratewatch::Identity::new(ratewatch::identity::IdentityKind::ApiKey, "free_pin");
     let old = limiter.snapshot();
     let route = old.route_for("GET", "/work");
@@ -334,7 +346,7 @@ async fn counters_survive(redis: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("ratewatch.toml");
     write(&file, &counting("1", &store(redis), "fixed_window", 100));
-    let limiter = Limiter::from_config_file(&file).await.unwrap();
+    let limiter = unfollowed(&file).await;
     let key = format!("free_keep{}", std::process::id());
     for _ in 0..3 {
         assert!(remaining(&limiter, &key, "minute").await.1);
@@ -366,7 +378,7 @@ async fn changed_algorithm_starts_fresh(redis: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("ratewatch.toml");
     write(&file, &counting("1", &store(redis), "fixed_window", 100));
-    let limiter = Limiter::from_config_file(&file).await.unwrap();
+    let limiter = unfollowed(&file).await;
     let key = format!("free_fresh{}", std::process::id());
     for _ in 0..5 {
         assert!(remaining(&limiter, &key, "minute").await.1);
@@ -402,7 +414,7 @@ async fn an_invalid_file_never_replaces_the_policy_and_its_error_names_file_line
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("ratewatch.toml");
     write(&file, &policy_a(&store(None)));
-    let limiter = Limiter::from_config_file(&file).await.unwrap();
+    let limiter = unfollowed(&file).await;
     let app = app(&limiter);
     let broken =
         policy_a(&store(None)).replace("capacity = 1000000, refill", "capacity = -3, refill");
@@ -789,7 +801,7 @@ async fn an_emptied_file_never_lifts_every_limit() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("ratewatch.toml");
     write(&file, &policy_a(&store(None)));
-    let limiter = Limiter::from_config_file(&file).await.unwrap();
+    let limiter = unfollowed(&file).await;
     let app = app(&limiter);
     for emptied in ["", "[store]\nkind = \"memory\"\n"] {
         write(&file, emptied);

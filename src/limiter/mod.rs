@@ -23,6 +23,7 @@ mod compiled;
 mod decide;
 mod decision;
 mod fallback;
+mod follow;
 mod identify;
 mod leased;
 mod live;
@@ -37,6 +38,7 @@ use std::sync::Arc;
 
 pub use crate::policy::PolicyVersion;
 pub use decision::{Decision, DecisionPath, LimitReport, Source};
+pub use follow::Follow;
 pub use live::RouteMatch;
 pub use reload::{PolicyStatus, ReloadAttempt, ReloadError, ReloadOutcome};
 pub use snapshot::PolicySnapshot;
@@ -79,6 +81,8 @@ struct Inner {
     breakers: Option<ShardBreakers>,
     /// Hot keys' pre-paid leases (unused unless the store supports them).
     leases: leased::LeaseState,
+    /// Stops the task following the policy file when the limiter goes.
+    follower: follow::FollowerHandle,
 }
 
 impl std::fmt::Debug for Limiter {
@@ -193,7 +197,7 @@ impl LimiterBuilder {
         let live = Live::new(policy, &plugins);
         reload::started(&live.version);
         telemetry.set_policy_version(&live.version);
-        Ok(Limiter {
+        let limiter = Limiter {
             inner: Arc::new(Inner {
                 reload: reload::ReloadState::new(self.source, &live.version),
                 live: ArcSwap::from_pointee(live),
@@ -204,8 +208,11 @@ impl LimiterBuilder {
                 leases: leased::LeaseState::new(self.clock.now_us()),
                 clock: self.clock,
                 breakers,
+                follower: follow::FollowerHandle::default(),
             }),
-        })
+        };
+        follow::start(&limiter)?;
+        Ok(limiter)
     }
 }
 
@@ -219,14 +226,37 @@ impl Limiter {
         Self::builder(policy).build().await
     }
 
-    /// Loads a TOML policy file and builds its limiter; [`Limiter::reload`]
-    /// re-reads the same file.
+    /// Loads a TOML policy file and builds its limiter, which follows the
+    /// file ([`Follow::default`]): a changed, replaced or symlink-swapped
+    /// file is applied once it has settled, if it is valid.
+    /// [`Limiter::reload`] re-reads it on demand. The file is read off the
+    /// async runtime. For other following, or none, or SIGHUP:
+    /// [`LimiterBuilder::with_source_file`], [`LimiterBuilder::with_follow`],
+    /// [`LimiterBuilder::reload_on_sighup`].
     pub async fn from_config_file(path: impl AsRef<Path>) -> Result<Self, Error> {
-        let path = path.as_ref();
-        Self::builder(Policy::from_toml_file(path)?)
-            .with_source_file(path)
-            .build()
+        Self::builder_from_file(path).await?.build().await
+    }
+
+    /// A builder for the policy in the TOML file `path`, with the file as
+    /// its source (followed unless [`LimiterBuilder::with_follow`] says
+    /// otherwise). The file is read off the async runtime, once: following
+    /// starts from exactly the bytes read.
+    pub async fn builder_from_file(path: impl AsRef<Path>) -> Result<LimiterBuilder, Error> {
+        let path = path.as_ref().to_path_buf();
+        let read = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || {
+                let file = crate::policy::read_policy_file(&path).map_err(|e| e.error)?;
+                let policy = Policy::from_toml_str(&file.text, Some(&path.display().to_string()))?;
+                Ok::<_, crate::policy::ConfigError>((policy, file))
+            })
             .await
+            .map_err(std::io::Error::other)?
+        };
+        let (policy, file) = read?;
+        let mut builder = Self::builder(policy).with_source_file(&path);
+        builder.source.initial = Some(file);
+        Ok(builder)
     }
 
     /// Starts a limiter with custom parts.
@@ -314,6 +344,7 @@ impl Limiter {
     /// Gives unspent leases back, flushes telemetry and stops background
     /// work; call before exit.
     pub async fn shutdown(&self) {
+        self.inner.follower.stop();
         self.return_leases().await;
         self.inner.telemetry.shutdown().await;
     }

@@ -1,6 +1,7 @@
 //! Reloading the policy: [`Limiter::reload`] re-reads the file the limiter
-//! was built from, [`Limiter::replace_policy`] takes a policy built in
-//! code. Either validates the new policy completely before anything
+//! was built from (the follower in `follow.rs` calls the same path when the
+//! file changes or on SIGHUP), [`Limiter::replace_policy`] takes a policy
+//! built in code. Either validates the new policy completely before anything
 //! changes, so an invalid one never replaces a valid one: the old policy
 //! keeps serving and the error (file, line, field) is logged, counted and
 //! shown by [`Limiter::policy_status`].
@@ -16,15 +17,15 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde::Serialize;
 
+use super::follow::Follow;
 use super::live::Live;
 use super::{Limiter, LimiterBuilder};
-use crate::policy::PolicyVersion;
-use crate::policy::{ConfigError, Policy};
+use crate::policy::{ConfigError, Policy, PolicyFile, PolicyVersion, read_policy_file};
 use crate::telemetry::{metrics, unix_now};
 
 /// The settings a reload cannot apply (they shape connections, breakers,
 /// or background tasks built at start-up), as config fields.
-pub(crate) const RESTART_REQUIRED: [&str; 8] = [
+pub(crate) const RESTART_REQUIRED: [&str; 9] = [
     "store.kind",
     "store.url",
     "store.nodes",
@@ -33,17 +34,25 @@ pub(crate) const RESTART_REQUIRED: [&str; 8] = [
     "resilience.breaker",
     "telemetry.flush_interval_ms",
     "telemetry.top_keys",
+    "identity.hash_secret",
 ];
 
 /// A hook applied to every policy read from the source file (the
 /// `ratewatch` binary applies its environment overrides with it).
 pub(crate) type Adjust = Arc<dyn Fn(Policy) -> Result<Policy, ConfigError> + Send + Sync>;
 
-/// Where the limiter's policy came from, so a reload can read it again.
+/// Where the limiter's policy came from, so a reload can read it again,
+/// and how the file is followed.
 #[derive(Clone, Default)]
 pub(crate) struct Source {
-    path: Option<PathBuf>,
+    pub(super) path: Option<PathBuf>,
     adjust: Option<Adjust>,
+    pub(super) follow: Follow,
+    /// Reload on SIGHUP too.
+    pub(super) sighup: bool,
+    /// The file as read for the policy the limiter starts with, if the
+    /// builder read it (so following starts from exactly those bytes).
+    pub(super) initial: Option<PolicyFile>,
 }
 
 /// Why a reload did not apply a new policy. The old policy keeps serving.
@@ -110,7 +119,10 @@ pub struct PolicyStatus {
 
 /// The limiter's reload bookkeeping.
 pub(crate) struct ReloadState {
-    source: Source,
+    pub(super) source: Source,
+    /// The source file's version and bytes behind the policy in force,
+    /// once known: what the follower compares the file with.
+    applied: Mutex<Option<PolicyFile>>,
     /// Held for a whole reload, so two reloads never interleave their
     /// compare and swap.
     status: Mutex<PolicyStatus>,
@@ -119,6 +131,7 @@ pub(crate) struct ReloadState {
 impl ReloadState {
     pub(crate) fn new(source: Source, version: &PolicyVersion) -> Self {
         Self {
+            applied: Mutex::new(source.initial.clone()),
             status: Mutex::new(PolicyStatus {
                 version: version.version.clone(),
                 hash: version.hash.clone(),
@@ -134,6 +147,17 @@ impl ReloadState {
     }
 }
 
+impl ReloadState {
+    /// The source file behind the policy in force, if known.
+    pub(super) fn applied_file(&self) -> Option<PolicyFile> {
+        self.applied.lock().clone()
+    }
+
+    pub(super) fn set_applied_file(&self, file: PolicyFile) {
+        *self.applied.lock() = Some(file);
+    }
+}
+
 /// Sets the policy metrics of a limiter that just started with `version`:
 /// both reload results at zero, the info series at 1.
 pub(crate) fn started(version: &PolicyVersion) {
@@ -143,7 +167,8 @@ pub(crate) fn started(version: &PolicyVersion) {
 
 impl LimiterBuilder {
     /// Remembers the file the policy was read from, so [`Limiter::reload`]
-    /// can read it again.
+    /// can read it again; the built limiter follows it unless
+    /// [`LimiterBuilder::with_follow`] turns that off.
     pub fn with_source_file(mut self, path: impl AsRef<Path>) -> Self {
         self.source.path = Some(path.as_ref().to_path_buf());
         self
@@ -167,47 +192,74 @@ impl Limiter {
     /// under the old policy, later ones run under the new. Counters of
     /// limits that keep their name, scope and algorithm carry on.
     ///
+    /// The file is read once, whole, and exactly the bytes read are
+    /// validated and applied. Only a regular file (or a symlink to one) of
+    /// at most [`MAX_POLICY_FILE_BYTES`](crate::policy::MAX_POLICY_FILE_BYTES)
+    /// is read; a FIFO or a device is refused without waiting on it, and a
+    /// file that changed while it was read is refused as being written.
+    /// Unlike the follower ([`Follow`]), this call does not wait for a
+    /// freshly written file to settle: it applies what the file holds now.
+    ///
     /// On error the old policy keeps serving; the error is logged, counted
     /// in `ratewatch_config_reloads_total{result="error"}` and shown in
     /// [`Limiter::policy_status`].
     ///
-    /// It reads the file with a plain blocking read (a policy is small);
-    /// from async code on a busy runtime, call it in `spawn_blocking` as the
-    /// `ratewatch` server does.
+    /// It blocks for one bounded file read; from async code, call it in
+    /// `spawn_blocking`.
     pub fn reload(&self) -> Result<ReloadOutcome, ReloadError> {
-        let source = &self.inner.reload.source;
-        let Some(path) = &source.path else {
+        let Some(path) = &self.inner.reload.source.path else {
             return Err(ReloadError::NoSource);
         };
-        let read = Policy::from_toml_file(path).and_then(|policy| match &source.adjust {
+        match read_policy_file(path) {
+            Ok(file) => self.reload_file(path, file),
+            Err(e) => Err(self.refuse(e.error)),
+        }
+    }
+
+    /// Validates the text of `file` (read from `path`) and applies it.
+    pub(super) fn reload_file(
+        &self,
+        path: &Path,
+        file: PolicyFile,
+    ) -> Result<ReloadOutcome, ReloadError> {
+        match self.parse_source(path, &file.text) {
+            Ok(policy) => {
+                let outcome = self.apply(policy);
+                self.inner.reload.set_applied_file(file);
+                Ok(outcome)
+            }
+            Err(e) => Err(self.refuse(e)),
+        }
+    }
+
+    /// The policy `text` of the source file `path` says, adjusted and
+    /// validated as a reload would apply it.
+    pub(super) fn parse_source(&self, path: &Path, text: &str) -> Result<Policy, ConfigError> {
+        let source = &self.inner.reload.source;
+        let policy = Policy::from_toml_str(text, Some(&path.display().to_string()))?;
+        let policy = match &source.adjust {
             Some(adjust) => {
                 let policy = adjust(policy)?;
                 policy.validate()?;
-                Ok(policy)
+                policy
             }
-            None => Ok(policy),
-        });
-        let read = read.and_then(|policy| {
-            // A file without tiers limits nothing. Read while an editor or
-            // a config map had it truncated (or emptied by mistake), it
-            // would lift every limit at once: keep the policy in force.
-            if policy.tiers.is_empty() && !self.policy().tiers.is_empty() {
-                return Err(ConfigError::Invalid {
-                    file: Some(path.display().to_string()),
-                    line: None,
-                    field: "tiers".into(),
-                    message: "defines no tier, so it would limit nothing; a reload may not \
-                              drop every tier of the policy in force (restart to serve an \
-                              unlimited policy)"
-                        .into(),
-                });
-            }
-            Ok(policy)
-        });
-        match read {
-            Ok(policy) => Ok(self.apply(policy)),
-            Err(e) => Err(self.refuse(e)),
+            None => policy,
+        };
+        // A file without tiers limits nothing. Read while an editor or a
+        // config map had it truncated (or emptied by mistake), it would
+        // lift every limit at once: keep the policy in force.
+        if policy.tiers.is_empty() && !self.policy().tiers.is_empty() {
+            return Err(ConfigError::Invalid {
+                file: Some(path.display().to_string()),
+                line: None,
+                field: "tiers".into(),
+                message: "defines no tier, so it would limit nothing; a reload may not \
+                          drop every tier of the policy in force (restart to serve an \
+                          unlimited policy)"
+                    .into(),
+            });
         }
+        Ok(policy)
     }
 
     /// Validates `policy` and, if it is valid, swaps it in as
@@ -267,7 +319,7 @@ impl Limiter {
         }
     }
 
-    fn refuse(&self, error: ConfigError) -> ReloadError {
+    pub(super) fn refuse(&self, error: ConfigError) -> ReloadError {
         let mut status = self.inner.reload.status.lock();
         tracing::error!(error = %error, "policy reload failed; the previous policy keeps serving");
         status.last_reload = Some(ReloadAttempt {
@@ -311,6 +363,14 @@ fn keep_restart_settings(running: &Policy, mut new: Policy) -> (Policy, Vec<Stri
     keep(RESTART_REQUIRED[7], r.top_keys != n.top_keys);
     n.flush_interval = r.flush_interval;
     n.top_keys = r.top_keys;
+    // A new secret would rename every counter: a fresh quota for everyone.
+    let (r, n) = (&running.identity, &mut new.identity);
+    keep(
+        RESTART_REQUIRED[8],
+        r.hash_secret != n.hash_secret || r.hash_secret_file != n.hash_secret_file,
+    );
+    n.hash_secret.clone_from(&r.hash_secret);
+    n.hash_secret_file.clone_from(&r.hash_secret_file);
     (new, changed)
 }
 

@@ -276,6 +276,12 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
         if tier.split == 0 || tier.split > 64 {
             return Err((format!("{at}.split"), "must be between 1 and 64".into()));
         }
+        if tier.unlimited && !tier.limits.is_empty() {
+            return Err((
+                format!("{at}.unlimited"),
+                "contradicts the tier's limits; remove `unlimited = true` or the limits".into(),
+            ));
+        }
         check_limits(&tier.limits, &format!("{at}.limits"), 1)?;
     }
     for required in [&p.identity.default_tier, &p.identity.anonymous_tier] {

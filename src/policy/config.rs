@@ -6,10 +6,14 @@ use std::time::Duration;
 
 use super::Policy;
 
+mod file;
 mod reader;
 mod rls;
 mod rules;
 mod sections;
+
+pub use file::MAX_POLICY_FILE_BYTES;
+pub(crate) use file::{Fingerprint, PolicyFile, read_policy_file};
 
 use reader::{Source, Table};
 
@@ -92,14 +96,15 @@ impl ConfigError {
 
 impl Policy {
     /// Reads and validates a TOML policy file.
+    ///
+    /// Only a regular file (or a symlink to one) of at most
+    /// [`MAX_POLICY_FILE_BYTES`] is read; a FIFO or a device is refused
+    /// without waiting on it, and a file that changed while it was read is
+    /// refused as still being written.
     pub fn from_toml_file(path: impl AsRef<Path>) -> Result<Policy, ConfigError> {
         let path = path.as_ref();
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            file: file.clone(),
-            source,
-        })?;
-        Self::from_toml_str(&text, Some(&file))
+        let read = read_policy_file(path).map_err(|e| e.error)?;
+        Self::from_toml_str(&read.text, Some(&path.display().to_string()))
     }
 
     /// Parses and validates a TOML policy; `file` names it in errors.

@@ -12,7 +12,7 @@
 //!
 //! ```
 //! use ratewatch::policy::{Policy, StoreKind};
-//! let policy = Policy::from_toml_str("[[tiers]]\nname = \"free\"\n[[tiers]]\nname = \"anonymous\"\n", None)
+//! let policy = Policy::from_toml_str("[[tiers]]\nname = \"free\"\nunlimited = true\n[[tiers]]\nname = \"anonymous\"\nunlimited = true\n", None)
 //!     .unwrap()
 //!     .with_env_from(|name| (name == "RATEWATCH_REDIS_URL").then(|| "redis://10.0.0.5:6379".into()))
 //!     .unwrap();
@@ -114,8 +114,9 @@ mod tests {
     use super::*;
 
     fn base(store: &str) -> Policy {
-        let text =
-            format!("{store}\n[[tiers]]\nname = \"free\"\n[[tiers]]\nname = \"anonymous\"\n");
+        let text = format!(
+            "{store}\n[[tiers]]\nname = \"free\"\nunlimited = true\n[[tiers]]\nname = \"anonymous\"\nunlimited = true\n"
+        );
         Policy::from_toml_str(&text, None).unwrap()
     }
 

@@ -28,7 +28,8 @@ mod version;
 
 pub use builder::PolicyBuilder;
 pub(crate) use builder::leasable;
-pub use config::{ConfigError, parse_duration};
+pub use config::{ConfigError, MAX_POLICY_FILE_BYTES, parse_duration};
+pub(crate) use config::{Fingerprint, PolicyFile, read_policy_file};
 pub use env::{CONFIG_VAR, HASH_SECRET_VAR, REDIS_URL_VAR};
 pub use lease::{LeaseMode, LeaseSettings};
 pub use limit::{Limit, Scope};

@@ -14,6 +14,11 @@ pub struct Tier {
     /// Split each identity over this many sub-identities (each with 1/N of
     /// every quota) to spread a hot client over N cluster slots; 1 = off.
     pub split: u32,
+    /// Declares the tier's callers unlimited (route limits still apply).
+    /// A tier in a policy file must have limits or say `unlimited = true`,
+    /// so a file cut short after a tier's name is an error, not a lifted
+    /// limit; an unlimited tier may not have limits.
+    pub unlimited: bool,
 }
 
 impl Tier {
@@ -24,7 +29,15 @@ impl Tier {
             match_prefix: None,
             limits: Vec::new(),
             split: 1,
+            unlimited: false,
         }
+    }
+
+    /// Declares the tier unlimited on purpose (its callers pass; route
+    /// limits still apply), as `unlimited = true` does in a file.
+    pub fn unlimited(mut self) -> Self {
+        self.unlimited = true;
+        self
     }
 
     /// Keys starting with `prefix` belong to this tier.

@@ -5,7 +5,6 @@
 //! socket; [`serve`] binds it.
 
 mod demo;
-mod reload;
 
 use std::net::SocketAddr;
 
@@ -13,7 +12,6 @@ use axum::Router;
 use axum::routing::{get, post};
 
 pub use demo::spawn_demo_traffic;
-pub use reload::spawn_reloader;
 
 use crate::Limiter;
 

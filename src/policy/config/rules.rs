@@ -38,13 +38,31 @@ const ANY_LIMIT_KEY: [&str; 12] = [
 ];
 
 pub(super) fn tier(t: &Table<'_>) -> Result<Tier> {
-    t.only(&["name", "match_prefix", "split", "limits"], "a tier")?;
+    t.only(
+        &["name", "match_prefix", "split", "unlimited", "limits"],
+        "a tier",
+    )?;
     let mut tier = Tier::new(t.required_str("name", "every tier needs a name, like \"free\"")?);
     tier.match_prefix = t.str("match_prefix")?.map(str::to_owned);
     if let Some(n) = t.uint("split", 1, 64)? {
         tier.split = n as u32;
     }
+    tier.unlimited = t.bool("unlimited")?.unwrap_or(false);
     tier.limits = limits(t)?;
+    // A file cut short (a non-atomic write, a full disk) often ends right
+    // after a tier's name: read as a tier without limits, it would lift
+    // every limit of its callers. Only an explicit `unlimited = true` may.
+    if tier.limits.is_empty() && !tier.unlimited {
+        return Err(t.error_at(
+            "limits",
+            format!(
+                "is missing: tier \"{}\" has no limits; give it limits, or write \
+                 `unlimited = true` if its callers are meant to pass unlimited \
+                 (a file cut short reads as a tier without limits)",
+                tier.name
+            ),
+        ));
+    }
     Ok(tier)
 }
 
