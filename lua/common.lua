@@ -9,20 +9,22 @@
 --
 --   token bucket     20 bytes  '>dI7I5'     tokens (the double's exact bits),
 --                                           last (µs), capacity written with
---   fixed window     19 bytes  '>I7I5I7'    start (µs), count, last (µs)
+--   fixed window     12 bytes  '>I7I5'      last (µs), count
 --   sliding window   18 bytes  '>I7I2I2I7'  start (µs), count, prev (both
 --                                           < 65536), last (µs)
 --                    24 bytes  '>I7I5I5I7'  the same, larger counts
---   GCRA, leaky      14 bytes  '>I7I7'      TAT (µs), interval written with
+--   GCRA, leaky      12 bytes  '>I7I5'      TAT (µs), interval written with
 --
 -- `last` is when the latest unit was admitted, and the capacity or interval
 -- what the state was written under: a reload that changes a limit's
 -- parameters reads the state conservatively from them (see
 -- src/algorithm/mod.rs, "Reloads"). The layouts before them are still
 -- read, as written under unchanged parameters: a token bucket of 15 bytes
--- ('>dI7'), a fixed window of 12 ('>I7I5'), a sliding window of 11 or 17
--- ('>I7I2I2', '>I7I5I5'), all with last = start, and a TAT as a decimal
--- integer.
+-- ('>dI7'), a sliding window of 11 or 17 ('>I7I2I2', '>I7I5I5') with
+-- last = start, a fixed window's start where `last` is now (the same
+-- window under an unchanged length), and a TAT as a decimal integer.
+-- Records of equal length (fixed window, GCRA) never share a key: the
+-- algorithm is part of every key's code.
 --
 -- A value of any other type or length (another algorithm under the same
 -- key) reads as absent: the limit decides as a fresh one and its next write

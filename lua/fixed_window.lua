@@ -1,9 +1,9 @@
 -- ratewatch: fixed window (src/algorithm/fixed_window.rs, same operations
 -- in the same order).
 --
--- KEYS[i]   a string of 19 bytes, struct '>I7I5I7': window start (µs),
---           units admitted in it, when the latest was admitted (µs); see
---           common.lua
+-- KEYS[i]   a string of 12 bytes, struct '>I7I5': when the latest unit was
+--           admitted (µs), units admitted in its window; the window is the
+--           one of the current length that holds that time (see common.lua)
 -- ARGV      p1 = limit (units per window, integer)
 --           p2 = window length (µs, integer)
 --           p3 = unused
@@ -16,21 +16,14 @@
 -- refund    decrements count by `cost` if the window is still the same
 
 if ALG.fixed_window then -- defined only for calls that name it (common.lua)
-local FW_LAYOUT, FW_BYTES = '>I7I5I7', 19
+local FW_LAYOUT, FW_BYTES = '>I7I5', 12
 
--- The stored window start, count and latest admission, or nil; the layout
--- before `last` reads as last = start.
+-- The latest admission and the count, or nil. (The layout before stored
+-- the window start there, which reads the same under an unchanged window.)
 local function fw_read(key)
   local stored = redis.pcall('GET', key)
-  if stored then
-    local n = #stored
-    if n == FW_BYTES then
-      return struct.unpack(FW_LAYOUT, stored)
-    end
-    if n == 12 then
-      local s, c = struct.unpack('>I7I5', stored)
-      return s, c, s
-    end
+  if stored and #stored == FW_BYTES then
+    return struct.unpack(FW_LAYOUT, stored)
   end
 end
 
@@ -42,7 +35,7 @@ local function fw_decide(key, limit, window, _, now, cost)
   limit, window = tonumber(limit), tonumber(window)
   local start = now - fmod(now, window)
   local count, last = 0, now
-  local _, c, l = fw_read(key)
+  local l, c = fw_read(key)
   if l then
     local held = l - fmod(l, window)
     if held >= start then
@@ -52,7 +45,7 @@ local function fw_decide(key, limit, window, _, now, cost)
   local reset = start + window - now
   if count + cost <= limit then
     return true, limit - count - cost, reset, 0, reset,
-           struct.pack(FW_LAYOUT, start, count + cost, last), 2, start
+           struct.pack(FW_LAYOUT, last, count + cost), 2, start
   end
   return false, sat_sub(limit, count), reset, reset, reset
 end
@@ -60,10 +53,10 @@ end
 ALG.fixed_window = fw_decide
 
 if ENTRY == 'refund' then
-function REFUND.fixed_window(key, _, _, _, cost, start)
-  local s, c, l = fw_read(key)
-  if s and s == start then
-    redis.call('SET', key, struct.pack(FW_LAYOUT, s, sat_sub(c, cost), l), 'KEEPTTL')
+function REFUND.fixed_window(key, _, window, _, cost, start)
+  local l, c = fw_read(key)
+  if l and l - fmod(l, window) == start then
+    redis.call('SET', key, struct.pack(FW_LAYOUT, l, sat_sub(c, cost)), 'KEEPTTL')
   end
 end
 end -- if ENTRY == 'refund'

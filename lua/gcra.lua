@@ -2,7 +2,7 @@
 -- order). The leaky bucket (lua/leaky_bucket.lua) is this meter with a
 -- maximum delay.
 --
--- KEYS[i]   a string of 14 bytes, struct '>I7I7': the theoretical arrival
+-- KEYS[i]   a string of 12 bytes, struct '>I7I5': the theoretical arrival
 --           time (µs since epoch) and the interval it was reached with
 --           (under another, the units queued ahead are kept, re-timed);
 --           a decimal integer TAT (the layout before) reads as reached
@@ -23,7 +23,7 @@ local function idiv(a, b)
   return floor(a / b)
 end
 
-local GC_LAYOUT, GC_BYTES = '>I7I7', 14
+local GC_LAYOUT, GC_BYTES = '>I7I5', 12
 
 -- The stored TAT and the interval it was reached with, or nil.
 local function gcra_read(key, interval)
