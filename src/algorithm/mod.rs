@@ -39,6 +39,7 @@
 //!   (`(TAT - now) / interval`), re-timed at the new interval;
 //! - a sliding log's entries are the units themselves, counted in the new
 //!   window.
+//!
 //! A limit or capacity raised by a reload is available at once, one lowered
 //! counts what was admitted against the lower value: the same answer as if
 //! the new parameters had been in place while those units were admitted.
