@@ -43,9 +43,10 @@
 //! A limit or capacity raised by a reload is available at once, one lowered
 //! counts what was admitted against the lower value: the same answer as if
 //! the new parameters had been in place while those units were admitted.
-//! What no store keeps is not counted: a window lengthened by a reload
-//! counts the units the store still holds (the last window of the old
-//! length, while its key lives), not earlier windows of the old length.
+//! What no store keeps is not counted: a state holds one window of the old
+//! length (two for the sliding counter), so units of earlier old windows
+//! do not count where a new window reaches back before the stored one (a
+//! lengthened window, or a length that does not divide the old one).
 //!
 //! ```
 //! use ratewatch::algorithm::Algorithm;
