@@ -4,21 +4,33 @@
 -- Unix epoch (below 2^53, so exact).
 --
 -- State layout: every limit but the sliding log keeps ONE string per key,
--- written with its expiry in the same SET. GCRA and the leaky bucket keep a
--- decimal integer (Redis stores it as an integer, no string at all); the
--- token bucket and the window counters keep fixed-width binary records
+-- written with its expiry in the same SET: fixed-width binary records
 -- (`struct.pack`, big endian) whose length tells them apart:
 --
---   token bucket     15 bytes  '>dI7'     tokens (the double's exact bits), last (µs)
---   fixed window     12 bytes  '>I7I5'    start (µs), count
---   sliding window   11 bytes  '>I7I2I2'  start (µs), count, prev (both < 65536)
---                    17 bytes  '>I7I5I5'  the same, larger counts
+--   token bucket     20 bytes  '>dI7I5'     tokens (the double's exact bits),
+--                                           last (µs), capacity written with
+--   fixed window     12 bytes  '>I7I5'      last (µs), count
+--   sliding window   18 bytes  '>I7I2I2I7'  start (µs), count, prev (both
+--                                           < 65536), last (µs)
+--                    24 bytes  '>I7I5I5I7'  the same, larger counts
+--   GCRA, leaky      12 bytes  '>I7I5'      TAT (µs), interval written with
 --
--- A value of any other type or length (an older layout, or another
--- algorithm under the same key) reads as absent: the limit decides as a
--- fresh one and its next write replaces the value. (A TAT of a real clock
--- has 16 digits, none of the record lengths, and a record's bytes never
--- spell a decimal number, so neither reads as the other.)
+-- `last` is when the latest unit was admitted, and the capacity or interval
+-- what the state was written under: a reload that changes a limit's
+-- parameters reads the state conservatively from them (see
+-- src/algorithm/mod.rs, "Reloads"). The layouts before them are still
+-- read, as written under unchanged parameters: a token bucket of 15 bytes
+-- ('>dI7'), a sliding window of 11 or 17 ('>I7I2I2', '>I7I5I5') with
+-- last = start, a fixed window's start where `last` is now (the same
+-- window under an unchanged length), and a TAT as a decimal integer.
+-- Records of equal length (fixed window, GCRA) never share a key: the
+-- algorithm is part of every key's code.
+--
+-- A value of any other type or length (another algorithm under the same
+-- key) reads as absent: the limit decides as a fresh one and its next write
+-- replaces the value. (A TAT of a real clock has 16 digits, none of the
+-- record lengths, and a record's bytes never spell a decimal number, so
+-- neither reads as the other.)
 --
 -- Each algorithm's decide(key, p1, p2, p3, now, cost) (p1..p3 the ARGV
 -- strings) only reads, and returns (values, not a table: a table per call

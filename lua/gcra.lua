@@ -2,8 +2,11 @@
 -- order). The leaky bucket (lua/leaky_bucket.lua) is this meter with a
 -- maximum delay.
 --
--- KEYS[i]   a decimal integer: the theoretical arrival time (µs since
---           epoch), which Redis keeps as an integer (see common.lua)
+-- KEYS[i]   a string of 12 bytes, struct '>I7I5': the theoretical arrival
+--           time (µs since epoch) and the interval it was reached with
+--           (under another, the units queued ahead are kept, re-timed);
+--           a decimal integer TAT (the layout before) reads as reached
+--           with the current interval (see common.lua)
 -- ARGV      p1 = emission interval (µs per unit, integer, rounded up by
 --                `interval_us` in src/algorithm/mod.rs)
 --           p2 = burst (units at once, integer)
@@ -20,11 +23,28 @@ local function idiv(a, b)
   return floor(a / b)
 end
 
+local GC_LAYOUT, GC_BYTES = '>I7I5', 12
+
+-- The stored TAT and the interval it was reached with, or nil.
+local function gcra_read(key, interval)
+  local stored = redis.pcall('GET', key)
+  if type(stored) == 'string' and #stored == GC_BYTES then
+    return struct.unpack(GC_LAYOUT, stored)
+  end
+  -- A value that is not a number is another layout's: absent.
+  local tat = tonumber(stored)
+  if tat then return tat, interval end
+end
+
 local function gcra_decide(key, interval, burst, max_delay, now, cost)
   interval, burst, max_delay = tonumber(interval), tonumber(burst), tonumber(max_delay)
-  -- A value that is not a number is another layout's: absent.
-  local tat = tonumber(redis.pcall('GET', key))
+  local tat, was = gcra_read(key, interval)
   if tat then
+    -- Reached at another interval (a reload): the same units queued
+    -- ahead, re-timed, rounded up (retimed in src/algorithm/gcra.rs).
+    if was ~= interval and tat > now then
+      tat = now + math.ceil((tat - now) * interval / was)
+    end
     tat = math.max(tat, now)
   else
     tat = now
@@ -35,7 +55,7 @@ local function gcra_decide(key, interval, burst, max_delay, now, cost)
   local used = new_tat - now
   local shaping_too_long = max_delay > 0 and queued > max_delay
   if used <= window and not shaping_too_long then
-    local remaining, value = idiv(window - used, interval), format('%d', new_tat)
+    local remaining, value = idiv(window - used, interval), struct.pack(GC_LAYOUT, new_tat, interval)
     -- A shaped request waits for the queue ahead of it.
     if max_delay > 0 and queued > 0 then
       return true, remaining, used, 0, used, value, 1, queued
@@ -55,9 +75,9 @@ ALG.gcra = gcra_decide
 
 if ENTRY == 'refund' then
 function REFUND.gcra(key, interval, _, _, cost, _)
-  local tat = tonumber(redis.pcall('GET', key))
+  local tat, was = gcra_read(key, interval)
   if tat then
-    redis.call('SET', key, format('%d', tat - cost * interval), 'KEEPTTL')
+    redis.call('SET', key, struct.pack(GC_LAYOUT, sat_sub(tat, cost * was), was), 'KEEPTTL')
   end
 end
 end -- if ENTRY == 'refund'

@@ -1,8 +1,10 @@
 -- ratewatch: token bucket (src/algorithm/token_bucket.rs, same operations
 -- in the same order).
 --
--- KEYS[i]   a string of 15 bytes, struct '>dI7': tokens (the double's
---           exact bits), last refill (µs since epoch); see common.lua
+-- KEYS[i]   a string of 20 bytes, struct '>dI7I5': tokens (the double's
+--           exact bits), last refill (µs since epoch), the capacity it was
+--           written with (under another, what it was short of full is
+--           kept); see common.lua
 -- ARGV      p1 = capacity (tokens, integer)
 --           p2 = refill_per_second (tokens per second, float)
 --           p3 = unused
@@ -13,7 +15,21 @@
 -- refund    adds `cost` tokens back, capped at capacity; keeps the expiry
 
 if ALG.token_bucket then -- defined only for calls that name it (common.lua)
-local TB_LAYOUT, TB_BYTES = '>dI7', 15
+local TB_LAYOUT, TB_BYTES = '>dI7I5', 20
+
+-- The stored tokens, last refill and capacity written with, or nil; the
+-- layout before the capacity reads as written under `capacity`.
+local function tb_read(key, capacity)
+  local stored = redis.pcall('GET', key)
+  if stored then
+    local n = #stored
+    if n == TB_BYTES then return struct.unpack(TB_LAYOUT, stored) end
+    if n == 15 then
+      local tokens, last = struct.unpack('>dI7', stored)
+      return tokens, last, capacity
+    end
+  end
+end
 
 -- `ceil_us` of src/algorithm/mod.rs: non-positive becomes 0, else ceil.
 local function ceil_us(x)
@@ -40,9 +56,13 @@ local function tb_decide(key, capacity, refill_per_second, _, now, cost)
   local cap = capacity
   local per_us = refill_per_second / 1000000
   local stored_tokens, stored_last = cap, now
-  local stored = redis.pcall('GET', key)
-  if stored and #stored == TB_BYTES then
-    stored_tokens, stored_last = struct.unpack(TB_LAYOUT, stored)
+  local t, l, was = tb_read(key, capacity)
+  if t then
+    stored_tokens, stored_last = t, l
+    -- Under another capacity the bucket keeps what it was short of full.
+    if was ~= capacity then
+      stored_tokens = math.max(t + (cap - was), 0)
+    end
   end
   local tokens = tb_refill(cap, per_us, stored_tokens, stored_last, now)
   local last = math.max(stored_last, now)
@@ -54,7 +74,7 @@ local function tb_decide(key, capacity, refill_per_second, _, now, cost)
   if tokens >= need then
     local left = tokens - need
     local reset = lag + ceil_us((cap - left) / per_us)
-    return true, left, reset, 0, reset, struct.pack(TB_LAYOUT, left, last)
+    return true, left, reset, 0, reset, struct.pack(TB_LAYOUT, left, last, capacity)
   end
   local reset = lag + ceil_us((cap - tokens) / per_us)
   -- The closed form, corrected by at most a few microseconds so the request
@@ -79,10 +99,9 @@ ALG.token_bucket = tb_decide
 
 if ENTRY == 'refund' then
 function REFUND.token_bucket(key, capacity, _, _, cost, _)
-  local stored = redis.pcall('GET', key)
-  if stored and #stored == TB_BYTES then
-    local tokens, last = struct.unpack(TB_LAYOUT, stored)
-    redis.call('SET', key, struct.pack(TB_LAYOUT, math.min(capacity, tokens + cost), last),
+  local tokens, last, was = tb_read(key, capacity)
+  if tokens then
+    redis.call('SET', key, struct.pack(TB_LAYOUT, math.min(was, tokens + cost), last, was),
                'KEEPTTL')
   end
 end

@@ -841,3 +841,76 @@ fn a_clock_stepped_back_thirty_seconds_hands_out_no_quota_again() {
         assert_eq!(admitted, 0, "{alg:?}: a step back handed out quota again");
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "proptest-regressions/algorithms.txt",
+        ))),
+        ..ProptestConfig::default()
+    })]
+
+    /// A reload that shortens a window to a length dividing the old one
+    /// (1d -> 12h -> 1h, 1h -> 60s) and changes its limit: every window of
+    /// the new length, counting the units admitted in it before the reload
+    /// too, admits at most the new limit, on the fixed and the sliding
+    /// counter (whose estimate never counts less than the fixed count of
+    /// the current window).
+    #[test]
+    fn a_shortened_window_never_admits_more_than_its_new_limit_in_any_new_window(
+        sliding in any::<bool>(),
+        old_limit in 1..=12u64,
+        new_limit in 1..=12u64,
+        divisor in prop::sample::select(vec![1u64, 2, 3, 4, 12, 24, 60]),
+        before in prop::collection::vec((0..90_000_000u64, 1..=3u64), 1..30),
+        after in prop::collection::vec((0..90_000_000u64, 1..=3u64), 1..60),
+    ) {
+        let old_window = 3_600 * SEC;
+        let new_window = old_window / divisor;
+        let make = |limit, window_us| if sliding {
+            Algorithm::SlidingWindow { limit, window_us }
+        } else {
+            Algorithm::FixedWindow { limit, window_us }
+        };
+        let (old, new) = (make(old_limit, old_window), make(new_limit, new_window));
+        let mut state: Option<State> = None;
+        let mut now = T0 - T0 % old_window;
+        let mut admitted: Vec<(u64, u64)> = Vec::new();
+        for (alg, seq) in [(&old, &before), (&new, &after)] {
+            for &(gap, cost) in seq {
+                now += gap;
+                let step = alg.decide(state.as_ref(), now, cost.min(alg.quota()));
+                if step.verdict.allowed {
+                    admitted.push((now, cost.min(alg.quota())));
+                    state = step.state;
+                }
+            }
+            if std::ptr::eq(alg, &old) {
+                // The reload happens here: from now on the new window applies.
+                admitted.push((now, 0));
+            }
+        }
+        let reload_at = admitted.iter().position(|&(_, c)| c == 0).unwrap();
+        let reload_time = admitted[reload_at].0;
+        // Per window of the new length: units admitted before the reload
+        // (under the old limit) and after it.
+        let mut per_window: HashMap<u64, (u64, u64)> = HashMap::new();
+        for (i, &(t, c)) in admitted.iter().enumerate() {
+            let e = per_window.entry(t - t % new_window).or_default();
+            if i < reload_at { e.0 += c } else { e.1 += c }
+        }
+        for (w, (pre, post)) in per_window {
+            if post == 0 {
+                continue;
+            }
+            prop_assert!(w + new_window > reload_time);
+            // What was admitted before counts against the new limit: a
+            // window already past it admits nothing more.
+            prop_assert!(
+                pre + post <= new_limit.max(pre),
+                "window at {w}: {pre} admitted before the reload and {post} after, new limit {new_limit}"
+            );
+        }
+    }
+}

@@ -190,7 +190,7 @@ async fn window_counters_are_refunded_in_their_own_layout_also_past_65536() {
         "sliding window refunded"
     );
     let node = cluster.node_for(&items[1].key);
-    assert_eq!(node.cli(&["STRLEN", &items[1].key]).trim(), "17");
+    assert_eq!(node.cli(&["STRLEN", &items[1].key]).trim(), "24");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,9 @@
 //! The Lua scripts repeat the Rust algorithms exactly: random arrival
 //! sequences at explicit times give the same verdicts, bit for bit, through
 //! `Algorithm::decide` and through Redis, also when the explicit clock steps
-//! back (then the TTLs Redis sets are compared too).
+//! back (then the TTLs Redis sets are compared too), and when a reload
+//! changes an algorithm's parameters under the same key (a window, limit,
+//! capacity or rate: the state is read conservatively under the new ones).
 
 mod support;
 
@@ -75,7 +77,10 @@ async fn connect(server: &RedisServer) -> RedisStore {
 /// Redis expires keys on its own clock, which the explicit clock no longer
 /// follows then; so each written key's TTL is compared with the step's and
 /// then removed (`PERSIST`), and both sides keep their state for good.
-async fn compare(server: &RedisServer, seed: u64, steps_back: bool) -> usize {
+/// With `reloads`, one step in ten first draws new parameters for the same
+/// algorithm and key, as a reload does (and keys are kept the same way,
+/// since a longer window reads state past the old one's TTL).
+async fn compare(server: &RedisServer, seed: u64, steps_back: bool, reloads: bool) -> usize {
     let store = connect(server).await;
     let mut conn = redis::Client::open(server.url())
         .expect("url")
@@ -86,10 +91,9 @@ async fn compare(server: &RedisServer, seed: u64, steps_back: bool) -> usize {
     let mut compared = 0;
     for kind in 0..6 {
         for config in 0..12 {
-            let algorithm = random_algorithm(&mut rng, kind);
+            let mut algorithm = random_algorithm(&mut rng, kind);
             let key = format!("rw:{{parity:{seed}:{kind}-{config}}}:{}", algorithm.kind());
-            let item = Item::new(key.clone(), algorithm.clone());
-            let items = [item];
+            let mut items = [Item::new(key.clone(), algorithm.clone())];
             let mut state: Option<State> = None;
             // Explicit time runs ahead of real time by the random gaps, so
             // Redis never expires a key before the explicit clock has passed
@@ -100,6 +104,10 @@ async fn compare(server: &RedisServer, seed: u64, steps_back: bool) -> usize {
             let scale = scale_of(&algorithm);
             let mut last_retry = 0;
             for step in 0..120 {
+                if reloads && rng.random_range(0..10) == 0 {
+                    algorithm = random_algorithm(&mut rng, kind);
+                    items = [Item::new(key.clone(), algorithm.clone())];
+                }
                 // Often come back exactly when told to (or a microsecond
                 // early): the retry arithmetic is where rounding hides.
                 let gap = match (last_retry, rng.random_range(0..3)) {
@@ -144,7 +152,7 @@ async fn compare(server: &RedisServer, seed: u64, steps_back: bool) -> usize {
                 if written {
                     state = expected.state;
                 }
-                if steps_back && written {
+                if (steps_back || reloads) && written {
                     let pttl: i64 = redis::cmd("PTTL")
                         .arg(&key)
                         .query_async(&mut conn)
@@ -181,11 +189,26 @@ async fn compare(server: &RedisServer, seed: u64, steps_back: bool) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_arrivals_get_identical_verdicts_in_rust_and_in_lua() {
     let server = RedisServer::start();
-    assert_eq!(compare(&server, 0x5eed_2026, false).await, 6 * 12 * 120);
+    assert_eq!(
+        compare(&server, 0x5eed_2026, false, false).await,
+        6 * 12 * 120
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clock_that_steps_back_gets_identical_verdicts_and_ttls_in_rust_and_in_lua() {
     let server = RedisServer::start();
-    assert_eq!(compare(&server, 0xbac_2026, true).await, 6 * 12 * 120);
+    assert_eq!(
+        compare(&server, 0xbac_2026, true, false).await,
+        6 * 12 * 120
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloads_that_change_parameters_get_identical_verdicts_and_ttls_in_rust_and_in_lua() {
+    let server = RedisServer::start();
+    assert_eq!(
+        compare(&server, 0x4e10_2026, false, true).await,
+        6 * 12 * 120
+    );
 }

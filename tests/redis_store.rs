@@ -349,17 +349,17 @@ async fn memory_per_identity_stays_small_and_grows_only_with_a_sliding_log() {
     };
     assert!(log(1000) > log(10), "a sliding log grows with its fill");
     // Redis 7 on 64 bits: 24 bytes of dict entry, the name (up to 30 bytes in
-    // a 32-byte allocation), the value (an integer inside its 16-byte
-    // object; a string of up to 12 bytes in 32, up to 28 in 48).
+    // a 32-byte allocation), the value (a string of up to 12 bytes in 32,
+    // up to 28 in 48): GCRA's and the fixed window's 12-byte records fit
+    // the smaller one, the sliding window's 18 (its latest admission, for
+    // reloads) the larger.
     let bytes = |kind: &str| rows.iter().find(|r| r.0 == kind).map_or(0, |r| r.2);
     assert!(
-        bytes("gcra") <= 80 && bytes("leaky_bucket") <= 80,
+        bytes("gcra") <= 88 && bytes("leaky_bucket") <= 88,
         "{rows:?}"
     );
-    assert!(
-        bytes("sliding_window") <= 100 && bytes("fixed_window") <= 100,
-        "{rows:?}"
-    );
+    assert!(bytes("fixed_window") <= 88, "{rows:?}");
+    assert!(bytes("sliding_window") <= 104, "{rows:?}");
     assert!(bytes("token_bucket") <= 104, "{rows:?}");
 }
 

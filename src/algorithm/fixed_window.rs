@@ -7,6 +7,14 @@
 //! clock is behind) is still the current window, with its count, until the
 //! clock passes its end. Otherwise a step back of a few seconds would open a
 //! fresh window and hand out the quota again.
+//!
+//! The state records when its latest unit was admitted, and the stored
+//! count belongs to the window (of the current length) that holds that
+//! time. With an unchanged window that is the stored window itself; after
+//! a reload that changed the window's length, the units count in the new,
+//! epoch-aligned window that holds the latest of them (they may all have
+//! been admitted in it), so a shorter window never starts with a fresh
+//! quota and a `1d` window still ends at 00:00 UTC.
 
 use super::{Step, Verdict};
 use crate::algorithm::State;
@@ -20,11 +28,16 @@ pub(super) fn decide(
     cost: u64,
 ) -> Step {
     let aligned = now - now % window;
-    let (start, count) = match state {
-        Some(State::Window {
-            start_us, count, ..
-        }) if *start_us >= aligned => (*start_us, *count),
-        _ => (aligned, 0),
+    let (start, count, last) = match state {
+        Some(State::Window { count, last_us, .. }) => {
+            let held = last_us - last_us % window;
+            if held >= aligned {
+                (held, *count, (*last_us).max(now))
+            } else {
+                (aligned, 0, now)
+            }
+        }
+        _ => (aligned, 0, now),
     };
     let reset = start + window - now;
     if count + cost <= limit {
@@ -40,6 +53,7 @@ pub(super) fn decide(
                 start_us: start,
                 count: count + cost,
                 prev: 0,
+                last_us: last,
             }),
             ttl_us: reset,
         }

@@ -10,6 +10,18 @@ use super::{Step, Verdict};
 use crate::algorithm::State;
 use crate::clock::Micros;
 
+/// The TAT of a state written at another emission interval (a reload):
+/// the same units queued ahead of `now`, re-timed at `interval`, rounded up
+/// (so a rounding never empties the queue by a microsecond). One
+/// floating-point multiplication and division, as `lua/gcra.lua` does.
+pub(super) fn retimed(tat: Micros, was: u64, interval: u64, now: Micros) -> Micros {
+    if was == interval || tat <= now {
+        return tat;
+    }
+    let queued = (tat - now) as f64 * interval as f64 / was as f64;
+    now.saturating_add(queued.ceil() as u64)
+}
+
 /// `interval` µs per unit, `burst` units at once. `max_delay` > 0 turns the
 /// meter into a shaper (leaky bucket): see [`super::leaky_bucket`].
 pub(super) fn decide(
@@ -23,7 +35,10 @@ pub(super) fn decide(
     // A stored TAT later than `now` is the normal case (units queued ahead);
     // a clock that stepped back only lengthens the queue, never empties it.
     let tat = match state {
-        Some(State::Tat(t)) => (*t).max(now),
+        Some(State::Tat {
+            tat_us,
+            interval_us,
+        }) => retimed(*tat_us, *interval_us, interval, now).max(now),
         _ => now,
     };
     // Validation bounds these products; saturating keeps a hand-built
@@ -42,7 +57,10 @@ pub(super) fn decide(
                 retry_after_us: 0,
                 delay_us: if max_delay > 0 { queued } else { 0 },
             },
-            state: Some(State::Tat(new_tat)),
+            state: Some(State::Tat {
+                tat_us: new_tat,
+                interval_us: interval,
+            }),
             ttl_us: used,
         }
     } else {

@@ -22,6 +22,32 @@
 //! times. A step back can only make a limit stricter for a while, never hand
 //! a quota out again.
 //!
+//! ## Reloads
+//!
+//! A state is read under whatever parameters the limit has now, so a reload
+//! that changes a window, a limit, a capacity or a rate keeps what was
+//! already admitted and never hands a quota out again:
+//! - window counters count the units of the stored windows in the new
+//!   window (of the new length, aligned to the epoch) that holds the latest
+//!   time they can have been admitted: the latest admission for the current
+//!   window's units, the end of the previous window for its units. A unit
+//!   moved later never counts less, so the new limit applies to at least
+//!   what the store still remembers;
+//! - a token bucket keeps what it is short of full (`capacity - tokens`):
+//!   under a new capacity it holds that much less than full, at least 0;
+//! - GCRA and the leaky bucket keep the units queued ahead
+//!   (`(TAT - now) / interval`), re-timed at the new interval;
+//! - a sliding log's entries are the units themselves, counted in the new
+//!   window.
+//!
+//! A limit or capacity raised by a reload is available at once, one lowered
+//! counts what was admitted against the lower value: the same answer as if
+//! the new parameters had been in place while those units were admitted.
+//! What no store keeps is not counted: a state holds one window of the old
+//! length (two for the sliding counter), so units of earlier old windows
+//! do not count where a new window reaches back before the stored one (a
+//! lengthened window, or a length that does not divide the old one).
+//!
 //! ```
 //! use ratewatch::algorithm::Algorithm;
 //! let burst = Algorithm::TokenBucket { capacity: 2, refill_per_second: 1.0 };
@@ -99,14 +125,21 @@ pub enum Algorithm {
 }
 
 /// What an algorithm remembers for one key.
+///
+/// Each state also records what it needs to be read conservatively under
+/// other parameters (a reload that changes a window, a capacity or a rate):
+/// see "Reloads" above.
 #[derive(Debug, Clone, PartialEq)]
 pub enum State {
-    /// Token bucket: tokens left at `last_us`.
+    /// Token bucket: tokens left at `last_us`, in a bucket of `capacity`.
     Tokens {
         /// Tokens in the bucket (fractional).
         tokens: f64,
         /// When `tokens` was computed.
         last_us: Micros,
+        /// The capacity the bucket had when written: under another
+        /// capacity, what it was short of full is kept.
+        capacity: u64,
     },
     /// Fixed and sliding window counters.
     Window {
@@ -116,11 +149,21 @@ pub enum State {
         count: u64,
         /// Units admitted in the previous window (sliding counter only).
         prev: u64,
+        /// When the latest of these units was admitted: under another
+        /// window length, they count in the new window that holds it.
+        last_us: Micros,
     },
     /// Sliding log: admission times, oldest first, one per unit.
     Log(VecDeque<Micros>),
-    /// GCRA's theoretical arrival time, or when a leaky bucket's queue drains.
-    Tat(Micros),
+    /// GCRA's theoretical arrival time, or when a leaky bucket's queue
+    /// drains.
+    Tat {
+        /// The theoretical arrival time (µs).
+        tat_us: Micros,
+        /// The emission interval it was reached with: under another
+        /// interval, the units queued ahead are kept, not the time.
+        interval_us: u64,
+    },
 }
 
 /// The answer of one limit for one request.

@@ -10,6 +10,14 @@
 //! A stored window that starts after `now` (the clock stepped back) is kept
 //! as the current window, its previous window weighted fully until the clock
 //! reaches its start, so a step back never empties the counters.
+//!
+//! Under a window length other than the one the counts were taken with (a
+//! reload), each stored count moves to the new, epoch-aligned window that
+//! holds the latest time its units can have been admitted: the latest
+//! admission for the current count, the end of the stored previous window
+//! for the previous one. A unit moved later only ever weighs more in the
+//! estimate, so a reload never lowers it; with an unchanged length both
+//! land where they were.
 
 use super::{Step, Verdict};
 use crate::algorithm::State;
@@ -27,23 +35,27 @@ pub(super) fn decide(
     cost: u64,
 ) -> Step {
     let aligned = now - now % window;
-    let (start, curr, prev) = match state {
+    let (start, curr, prev, last) = match state {
         Some(State::Window {
             start_us,
             count,
             prev,
+            last_us,
         }) => {
+            // Where each count lands in windows of the current length.
+            let at_count = last_us - last_us % window;
+            let before = start_us.saturating_sub(1);
+            let at_prev = before - before % window;
             // A stored window later than `now` (the clock stepped back)
             // stays current: time never runs a window backwards.
-            if *start_us >= aligned {
-                (*start_us, *count, *prev)
-            } else if *start_us + window == aligned {
-                (aligned, 0, *count)
-            } else {
-                (aligned, 0, 0)
-            }
+            let start = aligned.max(at_count);
+            let in_window = |at: u64, n: u64, w: u64| if at == w { n } else { 0 };
+            let curr = in_window(at_count, *count, start) + in_window(at_prev, *prev, start);
+            let prev = in_window(at_count, *count, start.wrapping_sub(window))
+                + in_window(at_prev, *prev, start.wrapping_sub(window));
+            (start, curr, prev, (*last_us).max(now))
         }
-        _ => (aligned, 0, 0),
+        _ => (aligned, 0, 0, now),
     };
     // Before a later stored window starts, its previous window still weighs
     // fully.
@@ -71,6 +83,7 @@ pub(super) fn decide(
                 start_us: start,
                 count: curr,
                 prev,
+                last_us: last,
             }),
             ttl_us: start + 2 * window - now,
         }

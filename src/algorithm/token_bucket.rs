@@ -4,6 +4,12 @@
 //! Tokens are kept as an `f64` (a rate of 0.33/s is common); `lua/token_bucket.lua`
 //! performs the same floating-point operations in the same order, so both
 //! stores give bit-identical answers.
+//!
+//! The state records the capacity it was written with. Under another
+//! capacity (a reload) the bucket keeps what it was short of full: it holds
+//! `tokens + new capacity - old capacity`, at least 0, so a lowered
+//! capacity counts what was already taken against the lower value and a
+//! raised one is available at once, as if it had always been in place.
 
 use super::{Step, Verdict, ceil_us};
 use crate::algorithm::State;
@@ -36,7 +42,14 @@ pub(super) fn decide(
     let cap = capacity as f64;
     let per_us = refill_per_second / MICROS_PER_SEC as f64;
     let (stored, stored_last) = match state {
-        Some(State::Tokens { tokens, last_us }) => (*tokens, *last_us),
+        Some(State::Tokens {
+            tokens,
+            last_us,
+            capacity: was,
+        }) if *was != capacity => ((*tokens + (cap - *was as f64)).max(0.0), *last_us),
+        Some(State::Tokens {
+            tokens, last_us, ..
+        }) => (*tokens, *last_us),
         _ => (cap, now),
     };
     let tokens = refill(cap, per_us, stored, stored_last, now);
@@ -61,6 +74,7 @@ pub(super) fn decide(
             state: Some(State::Tokens {
                 tokens: left,
                 last_us: last,
+                capacity,
             }),
             ttl_us: reset,
         }

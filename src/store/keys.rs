@@ -33,6 +33,10 @@
 //!   counter whatever tier its callers claim;
 //! - the algorithm is part of the code, so a limit whose algorithm changes
 //!   starts from a fresh counter instead of reading another shape of state;
+//! - its parameters (window, limit, capacity, rate) are not: a reload that
+//!   changes them keeps the key, and the algorithm reads the state under
+//!   the new parameters without handing out quota (see
+//!   [`crate::algorithm`], "Reloads");
 //! - [`limit_codes`] lengthens every code of a policy in which two limits
 //!   would share a short one.
 //!

@@ -121,8 +121,48 @@ pub struct Window {
     pub admitted_touching: usize,
     /// 429s sent and answered inside the window.
     pub refused_inside: usize,
+    /// Requests of any answer sent and answered inside the window: what
+    /// the load really asked of it, however fast the machine could send.
+    pub asked_inside: usize,
     /// Answers other than 200 and 429 touching the window.
     pub other: usize,
+}
+
+/// Checks each window's admissions against its limit and what it was
+/// asked, never against how much load the machine managed to send: never
+/// more than `limit` admitted inside a window, and a refusal only once
+/// `limit - slack` were admitted (`slack` the units leases may hold
+/// charged and unspent; a refusal means the store counted `limit`, however
+/// few requests were sent). A window asked for more than `limit` therefore
+/// refused the rest. Returns how many windows were asked for more than
+/// `limit` (logged: how hard the load pressed on this machine).
+pub fn admitted_against_asked(ws: &[Window], limit: usize, slack: usize) -> usize {
+    for w in ws {
+        assert!(
+            w.admitted_inside <= limit,
+            "window at {} admitted {} of {} asked > {limit}: {ws:#?}",
+            w.start,
+            w.admitted_inside,
+            w.asked_inside
+        );
+        if w.refused_inside > 0 {
+            assert!(
+                w.admitted_touching + slack >= limit,
+                "window at {} refused {} while only {} of {} asked were admitted \
+                 (bound {limit} - {slack}): {ws:#?}",
+                w.start,
+                w.refused_inside,
+                w.admitted_touching,
+                w.asked_inside
+            );
+        }
+    }
+    let pressed = ws.iter().filter(|w| w.asked_inside > limit).count();
+    eprintln!(
+        "{pressed} of {} windows were asked for more than {limit}",
+        ws.len()
+    );
+    pressed
 }
 
 /// The counts of `n` windows of `len` µs from `first`.
@@ -138,6 +178,7 @@ pub fn windows(shots: &[Shot], first: u64, len: u64, n: usize) -> Vec<Window> {
             for s in shots {
                 let inside = s.sent >= start && s.answered < end;
                 let touching = s.sent < end && s.answered >= start;
+                w.asked_inside += usize::from(inside);
                 match s.status {
                     200 if inside => {
                         w.admitted_inside += 1;

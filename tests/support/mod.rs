@@ -99,16 +99,16 @@ pub fn redis_cli(port: u16, args: &[&str]) -> String {
 
 /// The count a window counter holds at `key` on the server at `port`,
 /// decoded from its record (`lua/common.lua`: a fixed window's 12 bytes, a
-/// sliding window's 11 or 17), or `None` when the key holds no window
-/// counter.
+/// sliding window's 18 or 24, or the layouts before them), or `None` when
+/// the key holds no window counter.
 #[allow(dead_code)]
 pub fn window_count(port: u16, key: &str) -> Option<u64> {
     const DECODE: &str = "local v = redis.pcall('GET', KEYS[1]) \
         if type(v) ~= 'string' then return nil end \
         local n, s, c = #v, nil, nil \
         if n == 12 then s, c = struct.unpack('>I7I5', v) \
-        elseif n == 11 then s, c = struct.unpack('>I7I2I2', v) \
-        elseif n == 17 then s, c = struct.unpack('>I7I5I5', v) end \
+        elseif n == 18 or n == 11 then s, c = struct.unpack('>I7I2I2', v) \
+        elseif n == 24 or n == 17 then s, c = struct.unpack('>I7I5I5', v) end \
         return c";
     redis_cli(port, &["EVAL", DECODE, "1", key])
         .trim()
