@@ -45,12 +45,10 @@ async fn grpc_server(limiter: &Limiter) -> SocketAddr {
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let layer = limiter
-        .layer()
-        .with_peer_addr(|e: &http::Extensions| {
-            e.get::<tonic::transport::server::TcpConnectInfo>()
-                .and_then(|c| c.remote_addr())
-        });
+    let layer = limiter.layer().with_peer_addr(|e: &http::Extensions| {
+        e.get::<tonic::transport::server::TcpConnectInfo>()
+            .and_then(|c| c.remote_addr())
+    });
     let server = tonic::transport::Server::builder()
         .layer(layer)
         .add_service(greeter::GreeterServer);
@@ -85,14 +83,20 @@ async fn a_tonic_service_is_limited_with_resource_exhausted_and_rate_limit_metad
     let refused = greeter::say_hello(channel.clone(), Some("free_grpc"))
         .await
         .expect_err("the third call is over the burst");
-    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
     assert!(refused.message().contains("\"burst\""), "{refused:?}");
     let md = refused.metadata();
     let text = |k: &str| md.get(k).and_then(|v| v.to_str().ok()).unwrap_or_default();
     assert!(text("ratelimit").starts_with("\"burst\";r=0;t="), "{md:?}");
     assert_eq!(text("ratelimit-policy"), "\"burst\";q=2;w=2000", "{md:?}");
     assert_eq!(text("x-ratelimit-remaining"), "0");
-    let retry: u64 = text("retry-after").parse().expect("Retry-After in metadata");
+    let retry: u64 = text("retry-after")
+        .parse()
+        .expect("Retry-After in metadata");
     assert!(retry >= 1);
     // Another caller still gets through: the refusal was for this key.
     greeter::say_hello(channel, Some("free_other"))
@@ -115,10 +119,26 @@ async fn a_grpc_refusal_is_http_200_with_grpc_status_8_in_the_headers() {
             .body(tonic::body::Body::empty())
             .expect("request")
     };
-    let first = raw.ready().await.expect("ready").call(req()).await.expect("first");
+    let first = raw
+        .ready()
+        .await
+        .expect("ready")
+        .call(req())
+        .await
+        .expect("first");
     assert_eq!(first.status(), StatusCode::OK);
-    let second = raw.ready().await.expect("ready").call(req()).await.expect("second");
-    assert_eq!(second.status(), StatusCode::OK, "gRPC refusals are HTTP 200");
+    let second = raw
+        .ready()
+        .await
+        .expect("ready")
+        .call(req())
+        .await
+        .expect("second");
+    assert_eq!(
+        second.status(),
+        StatusCode::OK,
+        "gRPC refusals are HTTP 200"
+    );
     assert_eq!(second.headers()["grpc-status"], "8");
     assert_eq!(second.headers()["content-type"], "application/grpc");
     assert!(second.headers().contains_key("grpc-message"));
@@ -144,9 +164,9 @@ async fn an_anonymous_grpc_caller_is_limited_by_the_peer_address_tonic_recorded(
     let server = tonic::transport::Server::builder()
         .layer(layer)
         .add_service(greeter::GreeterServer);
-    tokio::spawn(server.serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(
-        listener,
-    )));
+    tokio::spawn(
+        server.serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
     let channel = channel(addr).await;
     greeter::say_hello(channel.clone(), None)
         .await
@@ -154,18 +174,18 @@ async fn an_anonymous_grpc_caller_is_limited_by_the_peer_address_tonic_recorded(
     let refused = greeter::say_hello(channel, None).await.expect_err("over");
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
     let ips = seen.lock().unwrap().clone();
-    assert_eq!(ips, vec![Some("127.0.0.1".parse().unwrap()); 2], "the peer IP");
+    assert_eq!(
+        ips,
+        vec![Some("127.0.0.1".parse().unwrap()); 2],
+        "the peer IP"
+    );
 }
 
 /// A plain tower service with a `String` body, no axum anywhere.
 fn hello_service(
     limiter: &Limiter,
-) -> impl tower::Service<
-    Request<String>,
-    Response = Response<String>,
-    Error = Infallible,
-    Future: Send,
-> + Clone {
+) -> impl tower::Service<Request<String>, Response = Response<String>, Error = Infallible, Future: Send>
++ Clone {
     ServiceBuilder::new()
         .layer(limiter.layer())
         .service(service_fn(|req: Request<String>| async move {
@@ -191,12 +211,23 @@ fn from_peer(peer: &str) -> Request<String> {
 async fn a_service_fn_with_string_bodies_is_limited_and_refused_in_its_own_body() {
     let limiter = Limiter::new(policy(2)).await.expect("limiter");
     let svc = hello_service(&limiter);
-    let ok = svc.clone().oneshot(from_peer("192.0.2.1:1000")).await.unwrap();
+    let ok = svc
+        .clone()
+        .oneshot(from_peer("192.0.2.1:1000"))
+        .await
+        .unwrap();
     assert_eq!(ok.status(), StatusCode::OK);
     assert_eq!(ok.body(), "hello; 1 left", "the handler read its decision");
     assert_eq!(ok.headers()["x-ratelimit-remaining"], "1");
-    svc.clone().oneshot(from_peer("192.0.2.1:1001")).await.unwrap();
-    let refused = svc.clone().oneshot(from_peer("192.0.2.1:1002")).await.unwrap();
+    svc.clone()
+        .oneshot(from_peer("192.0.2.1:1001"))
+        .await
+        .unwrap();
+    let refused = svc
+        .clone()
+        .oneshot(from_peer("192.0.2.1:1002"))
+        .await
+        .unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(refused.headers()["content-type"], "application/json");
     assert!(refused.headers().contains_key("retry-after"));
@@ -275,15 +306,14 @@ async fn the_hook_and_the_decision_name_the_route_rule_and_the_method() {
             }),
         )
         .route("/api/users", get(|| async { "users" }))
-        .layer(
-            limiter
-                .layer()
-                .on_decision(move |d, _| log.lock().unwrap().push((d.route.clone(), d.method.clone()))),
-        )
-        .layer(axum::extract::connect_info::MockConnectInfo(SocketAddr::from((
-            [198, 51, 100, 1],
-            1,
-        ))));
+        .layer(limiter.layer().on_decision(move |d, _| {
+            log.lock()
+                .unwrap()
+                .push((d.route.clone(), d.method.clone()))
+        }))
+        .layer(axum::extract::connect_info::MockConnectInfo(
+            SocketAddr::from(([198, 51, 100, 1], 1)),
+        ));
     let res = app
         .clone()
         .oneshot(Request::post("/api/export/7").body(Body::empty()).unwrap())
@@ -375,10 +405,19 @@ async fn a_fail_open_decision_says_it_is_a_fallback_and_makes_up_no_quota() {
         h["ratelimit-policy"], "\"burst\";q=50;w=50, \"minute\";q=600;w=60",
         "the policy is still stated"
     );
-    for name in ["ratelimit", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"] {
+    for name in [
+        "ratelimit",
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+    ] {
         assert!(!h.contains_key(name), "{name}: nothing was counted, {h:?}");
     }
-    let d = res.extensions().get::<Decision>().expect("decision").clone();
+    let d = res
+        .extensions()
+        .get::<Decision>()
+        .expect("decision")
+        .clone();
     let body = axum::body::to_bytes(res.into_body(), 1024).await.unwrap();
     let seen: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(
@@ -400,7 +439,10 @@ async fn a_fail_open_decision_says_it_is_a_fallback_and_makes_up_no_quota() {
     assert!(d.most_constraining().is_none());
     let last = hooked.lock().unwrap().last().cloned().expect("hooked");
     assert!(last.is_fallback());
-    assert!(last.limits.iter().all(|l| l.remaining.is_none()), "{last:?}");
+    assert!(
+        last.limits.iter().all(|l| l.remaining.is_none()),
+        "{last:?}"
+    );
     assert_eq!(last.route.as_deref(), Some("/api/quota"));
     assert_eq!(last.method, Some(http::Method::GET));
 }

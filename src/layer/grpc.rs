@@ -89,7 +89,10 @@ mod tests {
     fn grpc_content_types_are_recognised() {
         let mut h = HeaderMap::new();
         assert!(!is_grpc(&h));
-        h.insert(header::CONTENT_TYPE, "application/grpc+proto".parse().unwrap());
+        h.insert(
+            header::CONTENT_TYPE,
+            "application/grpc+proto".parse().unwrap(),
+        );
         assert!(is_grpc(&h));
         h.insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
         assert!(!is_grpc(&h));

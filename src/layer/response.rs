@@ -121,9 +121,7 @@ impl<'a> Refusal<'a> {
                 retry_after_secs,
             } => format!(
                 "limit \"{}\" of tier \"{}\" exceeded; retry in {retry_after_secs} s",
-                decision
-                    .most_constraining()
-                    .map_or("?", |l| &*l.name),
+                decision.most_constraining().map_or("?", |l| &*l.name),
                 decision.tier
             ),
             Refusal::Unavailable {
