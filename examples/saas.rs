@@ -132,7 +132,7 @@ async fn orders(
     Json(serde_json::json!({
         "customer": claims.map(|c| c.0.sub),
         "plan": &*decision.tier,
-        "remaining": top.map(|l| l.remaining.floor() as u64),
+        "remaining": top.and_then(|l| l.remaining).map(|r| r.floor() as u64),
         "orders": [],
     }))
 }

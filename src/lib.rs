@@ -1,6 +1,7 @@
 //! # ratewatch
 //!
-//! Observable rate limiting for axum and tower services. A [`Limiter`]
+//! Observable rate limiting for axum and any tower HTTP service (tonic,
+//! hyper, `tower::service_fn`). A [`Limiter`]
 //! decides every limit of a request's tier and route together, atomically,
 //! in one call to its store: in process ([`store::MemoryStore`], the
 //! embedded default), one Redis node or a Redis Cluster (one EVALSHA of the
@@ -31,8 +32,10 @@
 //!   and [`Error`].
 //! - [`policy`]: settings, the builder, TOML loading, environment
 //!   overrides, [`policy::ConfigError`].
-//! - [`layer`]: layer options ([`layer::Refusal`], [`layer::HeaderFamilies`])
-//!   and the header names.
+//! - [`layer`]: layer options ([`layer::Refusal`], [`layer::HeaderFamilies`],
+//!   [`layer::PeerAddr`]), the bodies it answers in
+//!   ([`layer::RefusalBody`]: axum, tonic, http-body-util, `String`), gRPC
+//!   refusals, and the header names.
 //! - [`identity`]: the default extractor and resolver, client-IP logic.
 //! - [`algorithm`]: the pure algorithms, for custom stores and tests.
 //! - [`store`]: the [`store::Store`] trait, the memory, Redis and cluster
@@ -48,9 +51,39 @@
 //!
 //! ## Features
 //!
-//! `redis-store` (default): Redis and Redis Cluster stores. `dashboard`
-//! (default): the built-in dashboard. `server`: the binary's command line,
-//! logging and demo server; an embedding app leaves it off.
+//! None by default: the default build is the layer, the memory store,
+//! the policy file and the Prometheus metrics.
+//!
+//! - `redis-store`: the Redis and Redis Cluster stores and the fleet
+//!   view's Redis sink.
+//! - `dashboard`: the built-in dashboard (askama templates).
+//! - `tls`: `rediss://` for every Redis store kind (rustls, ring).
+//! - `tonic`: tonic's body as one the layer answers in, for
+//!   `tonic::transport::Server::builder().layer(limiter.layer())`.
+//! - `server`: the binary's command line, logging and demo server, with
+//!   `redis-store` and `dashboard`; an embedding app leaves it off.
+//!
+//! A tower service that is not an axum router, with no axum in sight:
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use std::convert::Infallible;
+//! use http::{Request, Response};
+//! use tower::{ServiceBuilder, ServiceExt, service_fn};
+//! # let limiter = ratewatch::Limiter::new(ratewatch::Policy::builder()
+//! #     .tier(ratewatch::Tier::new("free").limit(ratewatch::Limit::per_minute("minute", 60)))
+//! #     .tier(ratewatch::Tier::new("anonymous").limit(ratewatch::Limit::per_minute("minute", 60)))
+//! #     .build().unwrap()).await.unwrap();
+//! let svc = ServiceBuilder::new()
+//!     .layer(limiter.layer())
+//!     .service(service_fn(|_: Request<String>| async {
+//!         Ok::<_, Infallible>(Response::new(String::from("hello")))
+//!     }));
+//! let req = Request::builder().header("x-api-key", "k").body(String::new()).unwrap();
+//! let res = svc.oneshot(req).await.unwrap();
+//! assert_eq!(res.headers()["x-ratelimit-remaining"], "59");
+//! # });
+//! ```
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 

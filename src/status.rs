@@ -148,7 +148,7 @@ async fn status(limiter: Limiter, guard: StatusGuard, req: Request) -> Response 
                 name: l.name.to_string(),
                 quota: l.quota,
                 window_seconds: l.window_secs,
-                remaining: d.state_known().then(|| l.remaining.max(0.0).floor() as u64),
+                remaining: l.remaining.map(|r| r.max(0.0).floor() as u64),
                 reset_seconds: headers::ceil_secs(l.reset_after),
                 shadow: l.shadow,
             })

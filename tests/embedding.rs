@@ -173,7 +173,7 @@ async fn handlers_and_outer_layers_see_the_decision_and_the_hook_sees_every_one(
         .route(
             "/x",
             get(|axum::Extension(d): axum::Extension<Decision>| async move {
-                format!("{} left", d.most_constraining().unwrap().remaining)
+                format!("{} left", d.most_constraining().unwrap().remaining.unwrap())
             }),
         )
         .layer(layer)

@@ -140,7 +140,7 @@ async fn a_sentinel_failover_is_answered_promptly_and_decisions_are_exact_on_the
     // a count may go back by the replication lag, never forward.
     let d = limiter.peek(&caller("free_carried"), "free", None).await;
     assert_eq!(shard(&d).as_deref(), Some(new.as_str()));
-    let remaining = d.limits[0].remaining;
+    let remaining = d.limits[0].remaining.expect("counted");
     assert!(
         (6.0..=CAPACITY as f64).contains(&remaining),
         "remaining {remaining}: forward of what was charged"

@@ -159,7 +159,7 @@ async fn remaining(limiter: &Limiter, key: &str, limit: &str) -> (f64, bool) {
         .iter()
         .find(|l| &*l.name == limit)
         .unwrap_or_else(|| panic!("no limit {limit} in {d:?}"));
-    (l.remaining, d.allowed)
+    (l.remaining.expect("counted"), d.allowed)
 }
 
 struct Sample {

@@ -308,13 +308,17 @@ fn bearer_token(v: &[u8]) -> Option<&[u8]> {
     }
 }
 
-/// The peer address axum recorded for a request: `ConnectInfo` from
-/// `into_make_service_with_connect_info`, or `MockConnectInfo` in tests,
-/// in canonical form (an IPv4-mapped IPv6 peer is its IPv4 address).
+/// The peer address a server recorded for a request: axum's `ConnectInfo`
+/// from `into_make_service_with_connect_info`, else a plain `SocketAddr`
+/// (as a hyper or tower server may insert, and where the layer leaves what
+/// a [`PeerAddr`](crate::layer::PeerAddr) found), else `MockConnectInfo`
+/// in tests; in canonical form (an IPv4-mapped IPv6 peer is its IPv4
+/// address).
 pub fn peer_ip(extensions: &Extensions) -> Option<IpAddr> {
     extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip())
+        .or_else(|| extensions.get::<SocketAddr>().map(SocketAddr::ip))
         .or_else(|| {
             extensions
                 .get::<axum::extract::connect_info::MockConnectInfo<SocketAddr>>()

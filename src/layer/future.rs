@@ -10,7 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use axum::response::Response;
+use http::Response;
 use pin_project_lite::pin_project;
 
 use super::headers::{self, HeaderFamilies};
@@ -40,7 +40,7 @@ pin_project! {
             decided: Option<(Decision, HeaderFamilies)>,
         },
         /// The limiter answered itself.
-        Ready { response: Option<Response> },
+        Ready { response: Option<F::Output> },
         /// A decision that waits (a Redis store, a shaping delay).
         Waiting { fut: Boxed<F::Output> },
     }
@@ -69,10 +69,13 @@ impl<F: Future> ResponseFuture<F> {
     }
 
     /// The limiter's own answer.
-    pub(super) fn ready(response: Response) -> Self {
+    pub(super) fn ready<B, E>(response: Response<B>) -> Self
+    where
+        F: Future<Output = Result<Response<B>, E>>,
+    {
         Self {
             kind: Kind::Ready {
-                response: Some(response),
+                response: Some(Ok(response)),
             },
         }
     }
@@ -85,11 +88,11 @@ impl<F: Future> ResponseFuture<F> {
     }
 }
 
-impl<F, E> Future for ResponseFuture<F>
+impl<F, B, E> Future for ResponseFuture<F>
 where
-    F: Future<Output = Result<Response, E>>,
+    F: Future<Output = Result<Response<B>, E>>,
 {
-    type Output = Result<Response, E>;
+    type Output = Result<Response<B>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
@@ -101,9 +104,11 @@ where
                 }
                 Poll::Ready(Ok(res))
             }
-            KindProj::Ready { response } => Poll::Ready(Ok(response
-                .take()
-                .expect("ResponseFuture polled after it completed"))),
+            KindProj::Ready { response } => Poll::Ready(
+                response
+                    .take()
+                    .expect("ResponseFuture polled after it completed"),
+            ),
             KindProj::Waiting { fut } => fut.as_mut().poll(cx),
         }
     }

@@ -108,10 +108,14 @@ pub fn insert_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies
     if !(families.ietf || families.x_ratelimit) {
         return;
     }
-    let Some(top) = d.most_constraining() else {
+    // Nothing counted (an open or closed fallback): no remaining to show.
+    let Some((top, left)) = d
+        .most_constraining()
+        .and_then(|top| Some((top, top.remaining?)))
+    else {
         return;
     };
-    let remaining = top.remaining.max(0.0).floor() as u64;
+    let remaining = left.max(0.0).floor() as u64;
     let until = until_return(d);
     if families.ietf {
         let t = ceil_secs(until);

@@ -6,6 +6,16 @@
 //! puts the rate-limit headers on every limited response. It works with
 //! `Router::layer` and `Router::route_layer`.
 //!
+//! It wraps any tower HTTP service, not only axum's: a tonic server, a
+//! hyper or tower-http stack, a `tower::service_fn` answering
+//! `http::Response<String>`. Its own answers are built in the wrapped
+//! service's response body type, which must be a [`RefusalBody`]; a gRPC
+//! request (`content-type: application/grpc`) is refused with a gRPC
+//! status (`RESOURCE_EXHAUSTED` for a limit) instead of an HTTP 429
+//! ([`grpc`](self#grpc)). The peer address comes from axum's
+//! `ConnectInfo`, a plain `SocketAddr` in the extensions, or a
+//! [`PeerAddr`] ([`peer`](self#peer)).
+//!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! use axum::{Router, routing::get, body::Body};
@@ -24,10 +34,59 @@
 //! assert_eq!(app.oneshot(req()).await.unwrap().status(), 429);
 //! # });
 //! ```
+//!
+//! A plain tower service, with no axum router:
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use std::convert::Infallible;
+//! use http::{Request, Response};
+//! use tower::{ServiceBuilder, ServiceExt, service_fn};
+//! use ratewatch::{Limiter, Limit, Policy, Tier};
+//! let policy = Policy::builder()
+//!     .tier(Tier::new("free").limit(Limit::token_bucket("burst", 5, 0.1)))
+//!     .tier(Tier::new("anonymous").limit(Limit::token_bucket("burst", 1, 0.1)))
+//!     .build()
+//!     .unwrap();
+//! let limiter = Limiter::new(policy).await.unwrap();
+//! let svc = ServiceBuilder::new().layer(limiter.layer()).service(service_fn(
+//!     |_req: Request<String>| async { Ok::<_, Infallible>(Response::new(String::from("hi"))) },
+//! ));
+//! let req = || {
+//!     let mut req = Request::new(String::new());
+//!     // A server that knows the peer leaves a plain `SocketAddr`.
+//!     req.extensions_mut().insert("192.0.2.1:4000".parse::<std::net::SocketAddr>().unwrap());
+//!     req
+//! };
+//! assert_eq!(svc.clone().oneshot(req()).await.unwrap().body(), "hi");
+//! let refused = svc.oneshot(req()).await.unwrap();
+//! assert_eq!(refused.status(), 429);
+//! assert!(refused.body().contains("rate_limited"));
+//! # });
+//! ```
+//!
+//! # gRPC
+//!
+//! A gRPC client cannot read an HTTP 429, so a refused gRPC request gets
+//! HTTP 200 with `grpc-status` 8 (`RESOURCE_EXHAUSTED`; 14 `UNAVAILABLE`
+//! where the route fails closed, 3 `INVALID_ARGUMENT` for a malformed
+//! identity, 16 `UNAUTHENTICATED` for a missing key) and a `grpc-message`,
+//! with the rate-limit headers and `Retry-After` as response metadata.
+//! With feature `tonic`, tonic's body is a [`RefusalBody`], so the layer
+//! goes into `tonic::transport::Server::builder().layer(..)`; the app's
+//! own [`RateLimitLayer::with_refusal`] answers HTTP requests only.
+//!
+//! # Peer
+//!
+//! See [`PeerAddr`]: axum's `ConnectInfo`, a plain `SocketAddr`, or a
+//! lookup of the app's own.
 
+mod body;
 mod future;
+mod grpc;
 pub mod headers;
 mod options;
+mod peer;
 mod response;
 mod service;
 
@@ -36,8 +95,10 @@ use std::sync::Arc;
 use axum::response::Response;
 use tower::Layer;
 
+pub use body::RefusalBody;
 pub use future::ResponseFuture;
 pub use headers::HeaderFamilies;
+pub use peer::PeerAddr;
 pub use response::Refusal;
 pub use service::RateLimit;
 
@@ -72,6 +133,10 @@ impl RateLimitLayer {
     /// ratewatch's JSON body. [`Refusal::default_response`] is there to fall
     /// back on. The rate-limit headers, `Retry-After` and
     /// `WWW-Authenticate` are added where the response does not set them.
+    /// The answer is built as an axum response and converted to the
+    /// wrapped service's body ([`RefusalBody::from_axum_body`]). gRPC
+    /// requests are always answered with a gRPC status
+    /// ([`Refusal::grpc_response`]): a gRPC client reads nothing else.
     ///
     /// ```
     /// use axum::response::IntoResponse;
@@ -102,12 +167,25 @@ impl RateLimitLayer {
     /// Calls `hook` with every decision the layer makes (allowed or not) and
     /// the caller it was made for, before the request goes on. Keep it cheap
     /// and non-blocking: it runs on the request path. The identity's raw key
-    /// is there for billing; never log it.
+    /// is there for billing; never log it. The decision names the matched
+    /// route rule ([`Decision::route`]) and the request's method
+    /// ([`Decision::method`]), and a fallback says so
+    /// ([`Decision::is_fallback`], [`Decision::source`]) with no remaining
+    /// quota made up.
     pub fn on_decision(
         mut self,
         hook: impl Fn(&Decision, &Identity) + Send + Sync + 'static,
     ) -> Self {
         Arc::make_mut(&mut self.options).on_decision = Some(Arc::new(hook));
+        self
+    }
+
+    /// Finds the peer address of requests with `peer` where neither axum's
+    /// `ConnectInfo` nor a plain `SocketAddr` is in the extensions: for
+    /// tonic, `|e: &http::Extensions|
+    /// e.get::<TcpConnectInfo>().and_then(|c| c.remote_addr())`.
+    pub fn with_peer_addr(mut self, peer: impl PeerAddr) -> Self {
+        Arc::make_mut(&mut self.options).peer = Some(Arc::new(peer));
         self
     }
 

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use axum::Json;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
+use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 use serde::Serialize;
 
@@ -114,59 +114,82 @@ impl<'a> Refusal<'a> {
         }
     }
 
-    /// ratewatch's own answer: the status and a JSON body naming the tier,
-    /// the limit and when to retry. The layer adds the rate-limit headers
-    /// afterwards, as it does to a custom responder's answer.
-    pub fn default_response(&self) -> Response {
+    /// What happened, in a sentence (the JSON body's `message`, a gRPC
+    /// refusal's `grpc-message`).
+    pub fn message(&self) -> String {
         match *self {
             Refusal::RateLimited {
                 decision,
                 retry_after_secs,
-            } => {
-                let limit = decision.most_constraining().map(|l| &*l.name);
-                let body = RefusalBody {
-                    error: "rate_limited",
-                    message: format!(
-                        "limit \"{}\" of tier \"{}\" exceeded; retry in {retry_after_secs} s",
-                        limit.unwrap_or("?"),
-                        decision.tier
-                    ),
-                    tier: &decision.tier,
-                    limit,
-                    retry_after_seconds: retry_after_secs,
-                };
-                (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response()
-            }
+            } => format!(
+                "limit \"{}\" of tier \"{}\" exceeded; retry in {retry_after_secs} s",
+                decision.most_constraining().map_or("?", |l| &*l.name),
+                decision.tier
+            ),
+            Refusal::Unavailable {
+                retry_after_secs, ..
+            } => format!(
+                "the rate limiter cannot decide right now and this route fails closed; retry in {retry_after_secs} s"
+            ),
+            Refusal::BadIdentity(e) | Refusal::Unauthorized(e) => e.to_string(),
+        }
+    }
+
+    /// ratewatch's own answer: the status and a JSON body naming the tier,
+    /// the limit and when to retry (the layer adds the headers).
+    pub fn default_response(&self) -> Response {
+        self.default_parts().map(axum::body::Body::from)
+    }
+
+    /// [`Refusal::default_response`] with its body as bytes.
+    pub(crate) fn default_parts(&self) -> http::Response<Bytes> {
+        let message = self.message();
+        let json = match *self {
+            Refusal::RateLimited {
+                decision,
+                retry_after_secs,
+            } => serde_json::to_vec(&Body {
+                error: "rate_limited",
+                message,
+                tier: &decision.tier,
+                limit: decision.most_constraining().map(|l| &*l.name),
+                retry_after_seconds: retry_after_secs,
+            }),
             Refusal::Unavailable {
                 decision,
                 retry_after_secs,
-            } => {
-                let body = RefusalBody {
-                    error: "rate_limiter_unavailable",
-                    message: format!(
-                        "the rate limiter cannot decide right now and this route fails closed; retry in {retry_after_secs} s"
-                    ),
-                    tier: &decision.tier,
-                    limit: None,
-                    retry_after_seconds: retry_after_secs,
-                };
-                (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
-            }
+            } => serde_json::to_vec(&Body {
+                error: "rate_limiter_unavailable",
+                message,
+                tier: &decision.tier,
+                limit: None,
+                retry_after_seconds: retry_after_secs,
+            }),
             Refusal::BadIdentity(e) | Refusal::Unauthorized(e) => {
-                let body = BadIdentity {
+                serde_json::to_vec(&BadIdentity {
                     error: e.code(),
-                    message: e.to_string(),
-                };
-                (e.status(), Json(body)).into_response()
+                    message,
+                })
             }
-        }
+        };
+        let mut res = http::Response::new(Bytes::from(json.unwrap_or_default()));
+        *res.status_mut() = self.status();
+        res.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        res
     }
 
     /// Adds what every refusal carries, whoever built the response: the
     /// rate-limit headers of `families`, `Retry-After` on a 429 or 503 and
     /// `WWW-Authenticate` on a 401, each only where the response has not
     /// set it itself.
-    pub(crate) fn finish(&self, mut res: Response, families: HeaderFamilies) -> Response {
+    pub(crate) fn finish<B>(
+        &self,
+        mut res: http::Response<B>,
+        families: HeaderFamilies,
+    ) -> http::Response<B> {
         let h = res.headers_mut();
         if let Some(d) = self.decision() {
             let mut ours = http::HeaderMap::new();
@@ -190,7 +213,7 @@ impl<'a> Refusal<'a> {
 }
 
 #[derive(Serialize)]
-struct RefusalBody<'a> {
+struct Body<'a> {
     error: &'static str,
     message: String,
     tier: &'a str,

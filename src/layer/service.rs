@@ -1,23 +1,24 @@
 //! The rate-limiting service.
 
+use std::future::Future;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use axum::response::Response;
-use http::Request;
+use http::{Request, Response};
 use tower::Service;
 
-use std::sync::Arc;
-
+use super::body::RefusalBody;
 use super::future::ResponseFuture;
 use super::headers;
-use super::options::Options;
+use super::options::{Options, Refused};
 use super::response::Refusal;
 use crate::Limiter;
 
 /// The path route rules are matched against: the one the client sent, as
 /// the outermost axum router saw it (`OriginalUri`), not the remainder a
 /// layer inside `Router::nest("/v1", ...)` is shown, so `/v1/...` rules
-/// apply there too. Outside axum, the request's own path.
+/// apply there too. Outside axum (tonic, hyper, a plain tower service),
+/// the request's own path: `/package.Service/Method` for gRPC.
 fn routed_path<B>(req: &Request<B>) -> &str {
     req.extensions()
         .get::<axum::extract::OriginalUri>()
@@ -25,7 +26,14 @@ fn routed_path<B>(req: &Request<B>) -> &str {
 }
 
 /// Wraps a service: identifies the caller, decides, and either answers
-/// (429 / 503 / 400 / 401) or passes the request on with headers added.
+/// (429 / 503 / 400 / 401, or a gRPC status for a gRPC request) or passes
+/// the request on with headers added.
+///
+/// It wraps any `tower::Service<http::Request<ReqBody>, Response =
+/// http::Response<ResBody>>` whose response body is a
+/// [`RefusalBody`](super::RefusalBody) (axum's, tonic's with feature
+/// `tonic`, http-body-util's, `String`, ...), and keeps the service's
+/// error type.
 #[derive(Debug, Clone)]
 pub struct RateLimit<S> {
     inner: S,
@@ -48,14 +56,15 @@ impl<S> RateLimit<S> {
     }
 }
 
-impl<S, B> Service<Request<B>> for RateLimit<S>
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
 where
-    S: Service<Request<B>, Response = Response> + Clone + Send + 'static,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
-    B: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: RefusalBody,
 {
-    type Response = Response;
+    type Response = Response<ResBody>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
@@ -63,7 +72,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         // The service that was driven to readiness handles this request;
         // a fresh clone takes its place for the next one.
         let clone = self.inner.clone();
@@ -76,9 +85,13 @@ where
             return ResponseFuture::passed(inner.call(req));
         }
         let (mut parts, body) = req.into_parts();
+        options.find_peer(&mut parts.extensions);
         let crate::identity::Caller { identity, tier } = match limiter.caller(&parts) {
             Ok(caller) => caller,
-            Err(e) => return ResponseFuture::ready(options.refuse(&Refusal::of_identity(&e))),
+            Err(e) => {
+                let refusal = Refusal::of_identity(&e);
+                return refused(options.refuse(&refusal, &parts.headers));
+            }
         };
         // The memory store decides here, synchronously: the response future
         // is then the inner service's own. Any other store is waited for.
@@ -86,8 +99,8 @@ where
             let options = options.clone();
             return ResponseFuture::waiting(Box::pin(async move {
                 let decision = limiter.check(&identity, &tier, route.as_ref()).await;
-                match answer(&limiter, &options, decision, &identity) {
-                    Answer::Refuse(refusal) => Ok(refusal),
+                match answer(&limiter, &options, decision, &identity, &parts) {
+                    Answer::Refuse(refusal) => Ok(refusal.get().await),
                     Answer::Pass(decision) => {
                         if !decision.delay.is_zero() {
                             tokio::time::sleep(decision.delay).await;
@@ -101,8 +114,8 @@ where
                 }
             }));
         };
-        let decision = match answer(&limiter, options, decision, &identity) {
-            Answer::Refuse(refusal) => return ResponseFuture::ready(refusal),
+        let decision = match answer(&limiter, options, decision, &identity, &parts) {
+            Answer::Refuse(refusal) => return refused(refusal),
             Answer::Pass(d) => d,
         };
         if !decision.delay.is_zero() {
@@ -123,21 +136,36 @@ where
     }
 }
 
+/// The future of a refusal: ready, or boxed while an app's answer is read.
+fn refused<F, B, E>(refusal: Refused<B>) -> ResponseFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    B: Send + 'static,
+{
+    match refusal {
+        Refused::Now(res) => ResponseFuture::ready(res),
+        Refused::Later(fut) => ResponseFuture::waiting(Box::pin(async move { Ok(fut.await) })),
+    }
+}
+
 /// What the layer does with a decision.
-enum Answer {
+enum Answer<B> {
     /// Pass the request on, with its decision.
     Pass(crate::Decision),
     /// Refuse it with this response (the decision in its extensions).
-    Refuse(Response),
+    Refuse(Refused<B>),
 }
 
-/// Calls the decision hook, then refuses a request the decision blocks.
-fn answer(
+/// Names the request's method in the decision, calls the decision hook,
+/// then refuses a request the decision blocks.
+fn answer<B: RefusalBody>(
     limiter: &crate::limiter::PolicySnapshot,
     options: &Options,
-    decision: crate::Decision,
+    mut decision: crate::Decision,
     identity: &crate::Identity,
-) -> Answer {
+    parts: &http::request::Parts,
+) -> Answer<B> {
+    decision.method = Some(parts.method.clone());
     if let Some(hook) = &options.on_decision {
         hook(&decision, identity);
     }
@@ -145,9 +173,7 @@ fn answer(
         return Answer::Pass(decision);
     }
     let jitter = limiter.policy().resilience.retry_after_jitter;
-    let mut res = options.refuse(&Refusal::of_decision(&decision, jitter));
-    res.extensions_mut().insert(decision);
-    Answer::Refuse(res)
+    Answer::Refuse(options.refuse(&Refusal::of_decision(&decision, jitter), &parts.headers))
 }
 
 /// The request, with its decision for the handler (`Extension<Decision>`).

@@ -60,6 +60,8 @@ pub(super) fn build(
         store_rtt: d.rtt,
         decided_at: d.now,
         path: DecisionPath::Store,
+        route: None,
+        method: None,
     }
 }
 
@@ -69,7 +71,7 @@ fn report(l: &CompiledLimit, v: &Verdict, local: Option<&Item>) -> LimitReport {
         name: l.name.clone(),
         quota: algorithm.quota(),
         window_secs: algorithm.window_secs(),
-        remaining: v.remaining,
+        remaining: Some(v.remaining),
         reset_after: Duration::from_micros(v.reset_after_us),
         retry_after: Duration::from_micros(v.retry_after_us),
         allowed: v.allowed,

@@ -146,6 +146,8 @@ impl Limiter {
             store_rtt: None,
             decided_at: self.inner.clock.now_us(),
             path: DecisionPath::Store,
+            route: None,
+            method: None,
         }
     }
 

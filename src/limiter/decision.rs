@@ -64,8 +64,11 @@ pub struct LimitReport {
     pub quota: u64,
     /// Window in seconds (`w`).
     pub window_secs: u64,
-    /// Units left (fractional; headers show the floor).
-    pub remaining: f64,
+    /// Units left (fractional; headers show the floor). `None` when
+    /// nothing was counted: an `open` or `closed` failure policy answered
+    /// without the store, so no remaining quota is known (and none is
+    /// made up).
+    pub remaining: Option<f64>,
     /// Until the quota is fully back.
     pub reset_after: Duration,
     /// When this limit blocked: until the request would pass.
@@ -99,6 +102,13 @@ pub struct Decision {
     pub decided_at: crate::clock::Micros,
     /// Local (from a lease) or from the store.
     pub path: DecisionPath,
+    /// The pattern of the route rule that matched the request (its metric
+    /// label), `None` when no rule matched.
+    pub route: Option<Arc<str>>,
+    /// The request's method, where the decision was made for an HTTP
+    /// request (the layer sets it; [`crate::Limiter::check`] does not know
+    /// one).
+    pub method: Option<http::Method>,
 }
 
 impl Decision {
@@ -112,8 +122,9 @@ impl Decision {
         let enforced = self.limits.iter().filter(|l| !l.shadow);
         if self.allowed {
             enforced.min_by(|a, b| {
-                a.remaining
-                    .total_cmp(&b.remaining)
+                let left = |l: &LimitReport| l.remaining.unwrap_or(f64::INFINITY);
+                left(a)
+                    .total_cmp(&left(b))
                     .then(b.reset_after.cmp(&a.reset_after))
             })
         } else {

@@ -56,14 +56,15 @@ impl Limiter {
                         .max(Duration::from_secs(1))
                 });
                 // Nothing was counted: the limits are reported with their
-                // policy only (RateLimit-Policy), not a remaining count.
+                // policy only (RateLimit-Policy); no remaining count is
+                // known, so none is reported.
                 let reports = limits
                     .iter()
                     .map(|l| LimitReport {
                         name: l.name.clone(),
                         quota: l.algorithm.quota(),
                         window_secs: l.algorithm.window_secs(),
-                        remaining: l.algorithm.quota() as f64,
+                        remaining: None,
                         reset_after: Duration::ZERO,
                         retry_after: Duration::ZERO,
                         allowed,
@@ -85,6 +86,8 @@ impl Limiter {
                     store_rtt: None,
                     decided_at: self.inner.clock.now_us(),
                     path: DecisionPath::Store,
+                    route: None,
+                    method: None,
                 }
             }
             FailurePolicy::Local => {

@@ -97,15 +97,18 @@ impl PolicySnapshot {
         route: Option<&RouteMatch>,
     ) -> Decision {
         let live = route.map_or(&self.live, |r| &r.live);
-        let route = route.map(|r| r.index);
+        let index = route.map(|r| r.index);
         // Every front end's identities count under the deployment's key.
         let keyed = identity.with_key(&live.key);
         let identity = &*keyed;
         // A store that decides in process needs no future at all.
-        if let Some(d) = self.limiter.run_now(live, identity, tier, route, false) {
-            return d;
+        if let Some(d) = self.limiter.run_now(live, identity, tier, index, false) {
+            return routed(d, route);
         }
-        self.limiter.run(live, identity, tier, route, false).await
+        routed(
+            self.limiter.run(live, identity, tier, index, false).await,
+            route,
+        )
     }
 
     /// [`PolicySnapshot::check`] without a future: the decision, recorded,
@@ -123,6 +126,7 @@ impl PolicySnapshot {
         let identity = &*keyed;
         self.limiter
             .run_now(live, identity, tier, route.map(|r| r.index), false)
+            .map(|d| routed(d, route))
     }
 
     /// Reports every limit's quota for `identity` without consuming any.
@@ -133,12 +137,21 @@ impl PolicySnapshot {
         route: Option<&RouteMatch>,
     ) -> Decision {
         let live = route.map_or(&self.live, |r| &r.live);
-        let route = route.map(|r| r.index);
+        let index = route.map(|r| r.index);
         let keyed = identity.with_key(&live.key);
         let identity = &*keyed;
-        if let Some(d) = self.limiter.run_now(live, identity, tier, route, true) {
-            return d;
+        if let Some(d) = self.limiter.run_now(live, identity, tier, index, true) {
+            return routed(d, route);
         }
-        self.limiter.run(live, identity, tier, route, true).await
+        routed(
+            self.limiter.run(live, identity, tier, index, true).await,
+            route,
+        )
     }
+}
+
+/// `d`, naming the route rule it was decided on.
+fn routed(mut d: Decision, route: Option<&RouteMatch>) -> Decision {
+    d.route = route.map(|r| r.live.compiled.routes[r.index].label.clone());
+    d
 }
