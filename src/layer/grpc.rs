@@ -38,6 +38,8 @@ impl Refusal<'_> {
         match self {
             Refusal::RateLimited { .. } => 8,
             Refusal::Unavailable { .. } => 14,
+            // An unknown tier is the app's answer about this caller.
+            Refusal::BadIdentity(e) if e.status() == StatusCode::FORBIDDEN => 7,
             Refusal::BadIdentity(_) => 3,
             Refusal::Unauthorized(_) => 16,
         }
