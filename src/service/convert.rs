@@ -121,7 +121,7 @@ mod tests {
         let want = [
             0x08, 2, // overall OVER_LIMIT
             0x12, 2, 0x08, 1, // status OK, nothing else
-            0x12, 10, 0x08, 2, 0x12, 4, 0x08, 3, 0x10, 2, 0x22, 2, 0x08, 42,
+            0x12, 12, 0x08, 2, 0x12, 4, 0x08, 3, 0x10, 2, 0x22, 2, 0x08, 42,
         ];
         assert_eq!(bytes, want);
     }
