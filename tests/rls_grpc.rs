@@ -15,7 +15,7 @@ use ratewatch::service::proto::{
     RateLimitResponse, ServingStatus, UInt64Value, Unit,
 };
 use ratewatch::service::{RateLimitService, serve};
-use support::{RedisCluster, RedisServer, Ratewatch, free_port};
+use support::{Ratewatch, RedisCluster, RedisServer, free_port};
 use tonic::transport::Channel;
 
 const EDGE_YAML: &str = r#"
@@ -51,10 +51,6 @@ fn policy_dir(store: &str, failure: &str) -> tempfile::TempDir {
 [resilience]
 breaker = {{ failures = 3, open_ms = 60000 }}
 expected_instances = 3
-
-[[tiers]]
-name = "anonymous"
-limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }}]
 
 [rls]
 envoy_configs = ["edge.yaml"]
@@ -100,7 +96,10 @@ async fn channel(addr: &str) -> Channel {
     }
 }
 
-async fn ask(channel: &Channel, request: RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
+async fn ask(
+    channel: &Channel,
+    request: RateLimitRequest,
+) -> Result<RateLimitResponse, tonic::Status> {
     let mut grpc = tonic::client::Grpc::new(channel.clone());
     grpc.ready().await.expect("channel ready");
     grpc.unary(
@@ -179,7 +178,10 @@ async fn decides_like_envoyproxy_ratelimit_but_all_or_nothing(c: &Channel, tag: 
     let reset = r.statuses[1].duration_until_reset.expect("a reset");
     assert!((1..=60).contains(&reset.seconds), "{reset:?}");
     let tight = r.statuses[3].current_limit.as_ref().expect("a limit");
-    assert_eq!((tight.requests_per_unit, tight.unit), (1, Unit::Hour as i32));
+    assert_eq!(
+        (tight.requests_per_unit, tight.unit),
+        (1, Unit::Hour as i32)
+    );
     assert_eq!(r.statuses[3].limit_remaining, 0);
     assert!(
         r.response_headers_to_add
@@ -237,7 +239,10 @@ async fn decides_like_envoyproxy_ratelimit_but_all_or_nothing(c: &Channel, tag: 
     // A request-level hits_addend charges every descriptor that much.
     let mut heavy = request(vec![descriptor(&[("remote_address", &format!("{addr}8"))])]);
     heavy.hits_addend = 3;
-    assert_eq!(ask(c, heavy.clone()).await.expect("answer").overall_code, OK);
+    assert_eq!(
+        ask(c, heavy.clone()).await.expect("answer").overall_code,
+        OK
+    );
     assert_eq!(ask(c, heavy).await.expect("answer").overall_code, OVER);
 
     // An unknown domain is OK, with a status per descriptor.
@@ -332,18 +337,28 @@ async fn a_cluster_decides_every_descriptor_of_a_request_on_one_slot() {
 
 /// Asks 20 times while Redis is unreachable; every answer comes within
 /// the store timeout (50 ms) + 100 ms and is what `check` says.
-async fn answers_within_bound(c: &Channel, check: impl Fn(Result<RateLimitResponse, tonic::Status>)) {
+async fn answers_within_bound(
+    c: &Channel,
+    check: impl Fn(Result<RateLimitResponse, tonic::Status>),
+) {
     let bound = Duration::from_millis(50 + 100);
     for i in 0..20 {
         let started = Instant::now();
-        let answer = ask(c, request(vec![descriptor(&[("remote_address", &format!("a{i}"))])])).await;
+        let answer = ask(
+            c,
+            request(vec![descriptor(&[("remote_address", &format!("a{i}"))])]),
+        )
+        .await;
         let took = started.elapsed();
         assert!(took < bound, "answer {i} took {took:?}");
         check(answer);
     }
 }
 
-async fn under_failure(failure: &str, check: impl Fn(Result<RateLimitResponse, tonic::Status>) + Copy) {
+async fn under_failure(
+    failure: &str,
+    check: impl Fn(Result<RateLimitResponse, tonic::Status>) + Copy,
+) {
     let mut redis = RedisServer::start();
     let dir = policy_dir(&redis_store(&redis.url()), failure);
     let (_limiter, c) = library_server(dir.path()).await;

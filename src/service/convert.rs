@@ -16,7 +16,9 @@ pub fn request_from_wire(r: proto::RateLimitRequest) -> RlsRequest {
             .map(|d| RlsDescriptor {
                 entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
                 limit: d.limit.and_then(|l| {
-                    let unit = Unit::try_from(l.unit).ok().filter(|u| *u != Unit::Unknown)?;
+                    let unit = Unit::try_from(l.unit)
+                        .ok()
+                        .filter(|u| *u != Unit::Unknown)?;
                     Some(LimitOverride {
                         requests_per_unit: l.requests_per_unit,
                         unit,

@@ -109,7 +109,11 @@ impl RateLimitService {
 
     /// Decides `request`: every descriptor in one store call. `api` names
     /// the front end in metrics (`grpc`, `json`, `decide`).
-    pub async fn decide(&self, request: &RlsRequest, api: &'static str) -> Result<RlsAnswer, RlsError> {
+    pub async fn decide(
+        &self,
+        request: &RlsRequest,
+        api: &'static str,
+    ) -> Result<RlsAnswer, RlsError> {
         let started = Instant::now();
         let answer = self.decide_inner(request, false).await;
         m::record_latency(api, started.elapsed());
@@ -405,7 +409,11 @@ fn descriptor_identity(domain: &str, d: &RlsDescriptor) -> String {
     }
     if let Some(o) = d.limit {
         s.push('\u{0}');
-        s.push_str(&format!("limit={}/{}", o.requests_per_unit, o.unit.json_name()));
+        s.push_str(&format!(
+            "limit={}/{}",
+            o.requests_per_unit,
+            o.unit.json_name()
+        ));
     }
     s
 }
