@@ -95,16 +95,7 @@ impl RateLimitService {
 
     /// Registers the service's metrics at zero for every configured domain.
     pub fn register_metrics(&self) {
-        let policy = self.limiter.policy();
-        let mut pairs: Vec<(Arc<str>, Arc<str>)> = Vec::new();
-        for d in policy.rls.domains.iter() {
-            pairs.push((d.name.clone(), m::UNMATCHED_RULE.into()));
-            pairs.push((d.name.clone(), m::OVERRIDE_RULE.into()));
-            for r in d.rules() {
-                pairs.push((d.name.clone(), r.label.clone()));
-            }
-        }
-        m::register_at_zero(pairs.iter().map(|(d, r)| (&**d, &**r)));
+        m::register_policy(&self.limiter.policy());
     }
 
     /// Decides `request`: every descriptor in one store call. `api` names
