@@ -301,3 +301,44 @@ async fn the_binary_serves_json_on_its_listen_port() {
     let v: Value = second.json().await.unwrap();
     assert_eq!(v["overallCode"], "OVER_LIMIT");
 }
+
+#[tokio::test]
+async fn a_native_rule_resolves_a_descriptor_value_to_a_tier_and_decides_its_limits() {
+    let native = r#"
+[[rls.domains]]
+name = "api"
+
+[[rls.domains.rules]]
+descriptor = ["api_key"]
+tier_from = "api_key"
+"#;
+    let (_dir, limiter) = app(native).await;
+    let ask = |key: &str, cost: Option<u64>| {
+        let mut body = json!({"domain": "api", "descriptors": [{"api_key": key}]});
+        if let Some(c) = cost {
+            body["cost"] = json!(c);
+        }
+        body.to_string()
+    };
+    // The free tier allows 2 per hour; a check at cost 0 charges nothing.
+    let (status, _, v) = post(
+        &limiter,
+        LOCAL,
+        "/v1/decide",
+        &ask("free_t1", Some(0)),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["statuses"][0]["limitRemaining"], 2);
+    for left in [1, 0] {
+        let (status, h, v) = post(&limiter, LOCAL, "/v1/decide", &ask("free_t1", None), None).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        assert_eq!(h["x-ratelimit-remaining"], left.to_string().as_str());
+    }
+    let (status, _, v) = post(&limiter, LOCAL, "/v1/decide", &ask("free_t1", None), None).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    // Another key has its own counter.
+    let (status, _, _) = post(&limiter, LOCAL, "/v1/decide", &ask("free_t2", None), None).await;
+    assert_eq!(status, StatusCode::OK);
+}
