@@ -342,3 +342,59 @@ tier_from = "api_key"
     let (status, _, _) = post(&limiter, LOCAL, "/v1/decide", &ask("free_t2", None), None).await;
     assert_eq!(status, StatusCode::OK);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_blocked_and_hot_descriptors_masked_like_keys() {
+    let (_dir, limiter) = app("[telemetry]\nflush_interval_ms = 100\n").await;
+    let body = json!({"domain": "edge", "descriptors": [{"entries": [
+        {"key": "tight", "value": "a-secret-descriptor-value"}]}]})
+    .to_string();
+    for _ in 0..5 {
+        post(&limiter, LOCAL, "/json", &body, None).await;
+    }
+    let stats = support::eventually(
+        std::time::Duration::from_secs(10),
+        "the blocked descriptor on the dashboard",
+        || {
+            let limiter = limiter.clone();
+            async move {
+                let app = server::app(limiter)
+                    .layer(MockConnectInfo(LOCAL.parse::<SocketAddr>().unwrap()));
+                let res = app
+                    .oneshot(
+                        Request::get("/dashboard/api/stats?range=5m")
+                            .body(Body::empty())
+                            .unwrap(),
+                    )
+                    .await
+                    .ok()?;
+                let bytes = res.into_body().collect().await.ok()?.to_bytes();
+                let v: Value = serde_json::from_slice(&bytes).ok()?;
+                let blocked = v["top_blocked"].as_array()?;
+                (!blocked.is_empty()).then_some((v, String::from_utf8_lossy(&bytes).into_owned()))
+            }
+        },
+    )
+    .await;
+    let (v, text) = stats;
+    let top = &v["top_blocked"][0];
+    assert_eq!(top["blocked"], 4, "{top}");
+    let shown = top["identity"].as_str().unwrap();
+    assert!(
+        shown.starts_with("tight=a") && shown.contains('…'),
+        "{shown}"
+    );
+    assert!(
+        !text.contains("a-secret-descriptor-value"),
+        "the raw value never shows"
+    );
+    assert!(
+        v["hot_keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["identity"] == top["identity"]),
+        "{}",
+        v["hot_keys"]
+    );
+}

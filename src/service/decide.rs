@@ -66,6 +66,7 @@ enum Plan {
         cost: u64,
         shadow: bool,
         identity: String,
+        shown: String,
         failure: Option<RlsFailure>,
     },
 }
@@ -191,9 +192,11 @@ impl RateLimitService {
                     cost,
                     shadow,
                     identity,
+                    shown,
                     ..
                 } => Some(Group {
                     identity,
+                    shown,
                     limits,
                     cost: *cost,
                     shadow: *shadow,
@@ -370,6 +373,12 @@ fn descriptor_plan(
     tier_limits: &dyn Fn(&str) -> Vec<Limit>,
 ) -> Plan {
     let identity = descriptor_identity(domain, d);
+    let shown = d
+        .entries
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("/");
     if let Some(o) = d.limit {
         // The proxy's limit wins over the configured one, as in
         // envoyproxy/ratelimit (never shadow there either).
@@ -386,6 +395,7 @@ fn descriptor_plan(
             cost: d.hits_addend.unwrap_or(default_cost),
             shadow: false,
             identity,
+            shown,
             failure: rule.and_then(|r| r.on_store_failure),
         };
     }
@@ -418,6 +428,7 @@ fn descriptor_plan(
         cost: d.hits_addend.or(rule.cost).unwrap_or(default_cost),
         shadow: rule.shadow,
         identity,
+        shown,
         failure: rule.on_store_failure,
     }
 }
