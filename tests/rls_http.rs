@@ -57,6 +57,19 @@ envoy_configs = ["edge.yaml"]
 }
 
 async fn app(extra: &str) -> (tempfile::TempDir, Limiter) {
+    // The rules count in minute windows aligned to the epoch: keep a test
+    // clear of a window's end, where its counts would reset.
+    let into = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        % 60_000;
+    if into > 57_000 {
+        tokio::time::sleep(std::time::Duration::from_millis(
+            (60_000 - into) as u64 + 50,
+        ))
+        .await;
+    }
     let (dir, file) = policy(extra);
     let limiter = Limiter::from_config_file(&file).await.expect("limiter");
     (dir, limiter)
