@@ -100,6 +100,8 @@ pub mod policy;
 pub mod resilience;
 #[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "rls")]
+pub mod service;
 mod status;
 pub mod store;
 pub mod telemetry;
@@ -108,8 +110,9 @@ pub use error::Error;
 pub use identity::{Identity, KeyExtractor, TierResolver};
 pub use layer::{RateLimit, RateLimitLayer};
 pub use limiter::{
-    Decision, DecisionPath, Follow, LimitReport, Limiter, LimiterBuilder, PolicySnapshot,
-    PolicyStatus, PolicyVersion, ReloadAttempt, ReloadError, ReloadOutcome, RouteMatch, Source,
+    Decision, DecisionPath, Follow, Group, GroupReport, Groups, GroupsDecision, GroupsFailure,
+    GroupsUnavailable, LimitReport, Limiter, LimiterBuilder, PolicySnapshot, PolicyStatus,
+    PolicyVersion, ReloadAttempt, ReloadError, ReloadOutcome, RouteMatch, Source, group_decision,
 };
 pub use policy::{Limit, Policy, RouteRule, Tier};
 pub use resilience::BreakerState;

@@ -24,6 +24,7 @@ mod decide;
 mod decision;
 mod fallback;
 mod follow;
+mod groups;
 mod identify;
 mod leased;
 mod live;
@@ -39,6 +40,9 @@ use std::sync::Arc;
 pub use crate::policy::PolicyVersion;
 pub use decision::{Decision, DecisionPath, LimitReport, Source};
 pub use follow::Follow;
+pub use groups::{
+    Group, GroupReport, Groups, GroupsDecision, GroupsFailure, GroupsUnavailable, group_decision,
+};
 pub use live::RouteMatch;
 pub use reload::{PolicyStatus, ReloadAttempt, ReloadError, ReloadOutcome};
 pub use snapshot::PolicySnapshot;

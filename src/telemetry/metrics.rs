@@ -157,6 +157,7 @@ pub fn describe() {
         BUILD_INFO,
         "Always 1; the version label names the ratewatch build."
     );
+    super::rls::describe();
 }
 
 /// A builder with ratewatch's histogram buckets, for a global or a local
@@ -318,6 +319,10 @@ pub fn with_ratewatch_buckets(builder: PrometheusBuilder) -> Result<PrometheusBu
         .set_buckets_for_metric(
             Matcher::Full(super::lease::LEASE_RENEW_SECONDS.into()),
             &RTT_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(super::rls::RLS_REQUEST_SECONDS.into()),
+            &super::rls::RLS_BUCKETS,
         )
 }
 
@@ -398,6 +403,7 @@ fn url_host_port(url: &str) -> String {
 /// [`MAX_ZERO_DECISION_SERIES`]); and the round-trip histogram per shard.
 pub fn register_at_zero(policy: &Policy) {
     super::lease::register_at_zero();
+    super::rls::register_policy(policy);
     let shards = configured_shards(policy);
     let redis_shards: Vec<&String> = shards.iter().filter(|s| *s != "memory").collect();
     let mut policies: Vec<FailurePolicy> = vec![policy.resilience.on_store_failure];

@@ -46,6 +46,7 @@ mod memory_view;
 pub mod metrics;
 #[cfg(feature = "redis-store")]
 mod redis_sink;
+pub mod rls;
 mod series;
 mod sharded;
 mod topk;
