@@ -108,7 +108,9 @@ async fn over_limit_requests_get_envoys_429_with_x_ratelimit_headers_built_from_
             "5, 5;w=3600, 1000000;w=3600",
             "request {i}"
         );
-        let remaining: u32 = header(&r, "x-ratelimit-remaining").parse().expect("a number");
+        let remaining: u32 = header(&r, "x-ratelimit-remaining")
+            .parse()
+            .expect("a number");
         assert_eq!(remaining, 5u32.saturating_sub(i), "request {i}");
         // From duration_until_reset: the end of the epoch-aligned hour.
         let reset: u64 = header(&r, "x-ratelimit-reset").parse().expect("a number");
@@ -118,7 +120,11 @@ async fn over_limit_requests_get_envoys_429_with_x_ratelimit_headers_built_from_
         );
         if i <= 5 {
             assert_eq!(status, 200, "request {i} is within the limit");
-            assert_eq!(r.text().await.expect("a body"), "ok", "the upstream answered");
+            assert_eq!(
+                r.text().await.expect("a body"),
+                "ok",
+                "the upstream answered"
+            );
         } else {
             assert_eq!(status, 429, "request {i} is over the limit");
             assert_eq!(header(&r, "x-envoy-ratelimited"), "true", "Envoy's own 429");
@@ -216,7 +222,10 @@ async fn redis_killed_under_load_gives_no_5xx_with_failure_mode_deny_false() {
     // ratewatch itself answered every call (OK, failing open): Envoy saw no
     // RLS error, so nothing was let through by failure_mode_deny alone.
     assert_eq!(envoy.stat("cluster.upstream.ratelimit.error"), 0);
-    assert_eq!(envoy.stat("cluster.upstream.ratelimit.failure_mode_allowed"), 0);
+    assert_eq!(
+        envoy.stat("cluster.upstream.ratelimit.failure_mode_allowed"),
+        0
+    );
     assert_eq!(
         envoy.stat("cluster.upstream.ratelimit.ok"),
         statuses[&200],
@@ -252,7 +261,11 @@ async fn three_ratewatch_processes_on_one_redis_admit_exactly_the_limit() {
     let mut pending = tokio::task::JoinSet::new();
     for i in 0..ASKED {
         if i >= 15 {
-            let status = pending.join_next().await.expect("a request").expect("joined");
+            let status = pending
+                .join_next()
+                .await
+                .expect("a request")
+                .expect("joined");
             *counts.entry(status).or_default() += 1;
         }
         let (client, url, key) = (client.clone(), url.clone(), key.clone());

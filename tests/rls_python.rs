@@ -76,7 +76,10 @@ fn statuses(step: &Value) -> Vec<(String, u64, String, u64)> {
                 s["current_limit"]["requests_per_unit"]
                     .as_u64()
                     .expect("requests_per_unit"),
-                s["current_limit"]["unit"].as_str().expect("unit").to_owned(),
+                s["current_limit"]["unit"]
+                    .as_str()
+                    .expect("unit")
+                    .to_owned(),
                 s["limit_remaining"].as_u64().expect("limit_remaining"),
             )
         })
