@@ -3,7 +3,10 @@
 --
 -- KEYS[i]        the key of limit i (all share one hash tag on a cluster)
 -- ARGV[1]        now in µs since epoch, or '' to use the server's TIME
--- ARGV[2]        cost: units each limit is asked for (integer)
+-- ARGV[2]        cost: units each limit is asked for (integer), or 'i':
+--                limit i is asked for ARGV[3+5n+i] units (n limits), so
+--                the groups of one decision-service request keep their
+--                own costs (0 checks without charging)
 -- ARGV[3]        '1' to peek (decide, write nothing), else '0'
 -- ARGV[4+5(i-1)] limit i: algorithm name (token_bucket, sliding_window,
 --                sliding_log, fixed_window, gcra, leaky_bucket)
@@ -38,7 +41,12 @@ else
 end
 -- A cost of 1, the usual one, without a conversion (tonumber is dear here).
 local cost = 1
-if ARGV[2] ~= '1' then cost = tonumber(ARGV[2]) end
+local costs = false
+if ARGV[2] == 'i' then
+  costs = 3 + 5 * #KEYS
+elseif ARGV[2] ~= '1' then
+  cost = tonumber(ARGV[2])
+end
 local peek = ARGV[3] == '1'
 
 -- Each limit's answer in 8 slots of one table (a table per limit cost
@@ -56,7 +64,8 @@ for i = 1, #KEYS do
   -- Parameters go as ARGV strings: each algorithm converts the ones it
   -- uses (tonumber is dear here).
   local ok, remaining, reset, retry, ttl, value, kind, extra =
-    decide(KEYS[i], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], now, cost)
+    decide(KEYS[i], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], now,
+      costs and tonumber(ARGV[costs + i]) or cost)
   local s = 8 * (i - 1)
   S[s + 1], S[s + 2], S[s + 3], S[s + 4] = ok, remaining, reset, retry
   S[s + 5], S[s + 6], S[s + 7], S[s + 8] = ttl, value, kind, extra

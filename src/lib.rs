@@ -67,6 +67,8 @@ pub mod policy;
 pub mod resilience;
 #[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "rls")]
+pub mod service;
 mod status;
 pub mod store;
 pub mod telemetry;

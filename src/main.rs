@@ -44,6 +44,10 @@ struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "RATEWATCH_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Serve Envoy's rate limit service (gRPC, h2c) and gRPC health on this
+    /// address (off unless given).
+    #[arg(long, env = "RATEWATCH_GRPC_LISTEN")]
+    grpc_listen: Option<SocketAddr>,
     /// How often the policy file is checked for changes, in milliseconds
     /// (0: reload on SIGHUP only).
     #[arg(long, env = "RATEWATCH_RELOAD_POLL_MS", default_value_t = 1000)]
@@ -135,7 +139,7 @@ fn run(args: ServeArgs, demo: bool) -> ExitCode {
             Duration::from_millis(args.reload_poll_ms),
         )?;
         let traffic = demo.then(|| server::spawn_demo_traffic(server::app(limiter.clone())));
-        let served = server::serve(limiter.clone(), args.listen).await;
+        let served = server::serve(limiter.clone(), args.listen, args.grpc_listen).await;
         if let Some(t) = traffic {
             t.abort();
         }

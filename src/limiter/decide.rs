@@ -46,7 +46,20 @@ impl Limiter {
         route: Option<usize>,
         peek: bool,
     ) -> Decision {
-        let Some(p) = self.prepare(live, identity, tier, route, peek) else {
+        self.run_cost(live, identity, tier, route, peek, None).await
+    }
+
+    /// [`Limiter::run`] at `cost` units instead of the route's cost.
+    pub(super) async fn run_cost(
+        &self,
+        live: &Live,
+        identity: &Identity,
+        tier: &str,
+        route: Option<usize>,
+        peek: bool,
+        cost: Option<u64>,
+    ) -> Decision {
+        let Some(p) = self.prepare(live, identity, tier, route, peek, cost) else {
             return self.unlimited();
         };
         // A store without leases skips the lease path's (large) future.
@@ -89,10 +102,23 @@ impl Limiter {
         route: Option<usize>,
         peek: bool,
     ) -> Option<Decision> {
+        self.run_now_cost(live, identity, tier, route, peek, None)
+    }
+
+    /// [`Limiter::run_now`] at `cost` units instead of the route's cost.
+    pub(super) fn run_now_cost(
+        &self,
+        live: &Live,
+        identity: &Identity,
+        tier: &str,
+        route: Option<usize>,
+        peek: bool,
+        cost: Option<u64>,
+    ) -> Option<Decision> {
         if !self.may_decide_now() {
             return None;
         }
-        let Some(p) = self.prepare(live, identity, tier, route, peek) else {
+        let Some(p) = self.prepare(live, identity, tier, route, peek, cost) else {
             return Some(self.unlimited());
         };
         let batch = p.batch();
@@ -112,6 +138,7 @@ impl Limiter {
         tier: &str,
         route: Option<usize>,
         peek: bool,
+        cost: Option<u64>,
     ) -> Option<Prepared<'a>> {
         let c = &live.compiled;
         let tier = c
@@ -124,7 +151,7 @@ impl Limiter {
             tier,
             items,
             limits,
-            cost: route.map_or(1, |i| c.routes[i].rule.cost),
+            cost: cost.unwrap_or_else(|| route.map_or(1, |i| c.routes[i].rule.cost)),
             route,
             failure: route.map_or(c.default_failure, |i| c.routes[i].failure),
             peek,

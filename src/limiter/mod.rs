@@ -23,6 +23,7 @@ mod compiled;
 mod decide;
 mod decision;
 mod fallback;
+mod groups;
 mod identify;
 mod leased;
 mod live;
@@ -36,6 +37,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use decision::{Decision, DecisionPath, LimitReport, Source};
+pub use groups::{
+    Group, GroupReport, Groups, GroupsDecision, GroupsFailure, GroupsUnavailable, group_decision,
+};
 pub use live::{PolicyVersion, RouteMatch};
 pub use reload::{PolicyStatus, ReloadAttempt, ReloadError, ReloadOutcome};
 pub use snapshot::PolicySnapshot;

@@ -119,6 +119,30 @@ impl PolicySnapshot {
             .run_now(live, identity, tier, route.map(|r| r.index), false)
     }
 
+    /// [`PolicySnapshot::check`] at `cost` units instead of the route
+    /// rule's cost (0 checks without charging). A cost above a limit's
+    /// capacity is refused by that limit, never admitted.
+    pub async fn check_with_cost(
+        &self,
+        identity: &Identity,
+        tier: &str,
+        route: Option<&RouteMatch>,
+        cost: u64,
+    ) -> Decision {
+        let live = route.map_or(&self.live, |r| &r.live);
+        let route = route.map(|r| r.index);
+        let cost = Some(cost);
+        if let Some(d) = self
+            .limiter
+            .run_now_cost(live, identity, tier, route, false, cost)
+        {
+            return d;
+        }
+        self.limiter
+            .run_cost(live, identity, tier, route, false, cost)
+            .await
+    }
+
     /// Reports every limit's quota for `identity` without consuming any.
     pub async fn peek(
         &self,

@@ -21,6 +21,7 @@ pub struct PolicyBuilder {
     routes: Vec<RouteRule>,
     partition: Option<f64>,
     version: Option<String>,
+    rls: crate::policy::rls::RlsSettings,
 }
 
 impl PolicyBuilder {
@@ -78,6 +79,12 @@ impl PolicyBuilder {
         self
     }
 
+    /// Sets the `[rls]` settings and descriptor domains.
+    pub fn rls(mut self, rls: crate::policy::rls::RlsSettings) -> Self {
+        self.rls = rls;
+        self
+    }
+
     /// Names this revision of the policy (`version = "..."` in a file).
     pub fn version(mut self, version: impl Into<String>) -> Self {
         self.version = Some(version.into());
@@ -100,6 +107,7 @@ impl PolicyBuilder {
             routes: self.routes,
             partition,
             version: self.version,
+            rls: self.rls,
         };
         policy.validate()?;
         if partition < 1.0 {

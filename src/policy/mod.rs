@@ -19,6 +19,7 @@ mod config;
 mod env;
 mod lease;
 mod limit;
+pub mod rls;
 mod route;
 mod settings;
 pub mod shares;
@@ -64,6 +65,9 @@ pub struct Policy {
     /// The top-level `version = "..."` of the file (free text naming this
     /// revision of the policy), shown beside its content hash.
     pub version: Option<String>,
+    /// `[rls]`: the descriptor domains of the decision service (empty by
+    /// default).
+    pub rls: rls::RlsSettings,
 }
 
 impl Policy {

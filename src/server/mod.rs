@@ -1,5 +1,7 @@
 //! The `ratewatch` server: the demo API behind the limiter, `/health`,
-//! `/api/ratelimit/status`, `/metrics` and the dashboard.
+//! `/api/ratelimit/status`, `/metrics`, the dashboard, and the decision
+//! service's HTTP endpoints (`POST /json`, `POST /v1/decide`); with a gRPC
+//! address, Envoy's rate limit service beside them.
 //!
 //! [`app`] builds the whole router, so tests drive it with `oneshot` and no
 //! socket; [`serve`] binds it.
@@ -19,7 +21,8 @@ use crate::Limiter;
 
 /// The server's router: `GET /api/users`, `POST /api/data`,
 /// `POST /api/export` behind the limiter; `GET /api/ratelimit/status`
-/// (reports quota without consuming), `GET /health` (never limited).
+/// (reports quota without consuming), `GET /health` (never limited);
+/// `POST /json` and `POST /v1/decide` (loopback or `[rls] token` only).
 pub fn app(limiter: Limiter) -> Router {
     let api = Router::new()
         .route("/api/users", get(demo::users))
@@ -31,24 +34,61 @@ pub fn app(limiter: Limiter) -> Router {
         .route("/api/ratelimit/status", get(limiter.status_handler()))
         .route("/health", get(|| async { "ok" }))
         .route("/metrics", get(limiter.metrics_handler()))
+        .merge(crate::service::http::routes(
+            crate::service::RateLimitService::new(limiter.clone()),
+        ))
         .with_state(limiter.clone());
     #[cfg(feature = "dashboard")]
     let router = router.nest("/dashboard", limiter.dashboard());
     router
 }
 
-/// Serves `app(limiter)` on `listen` until Ctrl-C or SIGTERM, then lets
+/// Serves `app(limiter)` on `listen`, and with `grpc` the rate limit
+/// service and gRPC health there (h2c), until Ctrl-C or SIGTERM, then lets
 /// in-flight requests finish.
-pub async fn serve(limiter: Limiter, listen: SocketAddr) -> std::io::Result<()> {
+pub async fn serve(
+    limiter: Limiter,
+    listen: SocketAddr,
+    grpc: Option<SocketAddr>,
+) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
+    let grpc_listener = match grpc {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
+        None => None,
+    };
     tracing::info!(addr = %listener.local_addr()?, store = limiter.store().kind(), "ratewatch listening");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let grpc_task = grpc_listener.map(|l| {
+        if let Ok(addr) = l.local_addr() {
+            tracing::info!(%addr, "rate limit service (gRPC) listening");
+        }
+        let service = crate::service::RateLimitService::new(limiter.clone());
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let stopped = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            crate::service::serve(service, l, stopped).await
+        })
+    });
     let app = app(limiter.clone());
-    axum::serve(
+    let served = axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(shutdown_signal())
-    .await
+    .with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    })
+    .await;
+    if let Some(task) = grpc_task {
+        match task.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "gRPC server ended with an error"),
+            Err(e) => tracing::warn!(error = %e, "gRPC server task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
+    served
 }
 
 async fn shutdown_signal() {

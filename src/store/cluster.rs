@@ -287,9 +287,9 @@ impl ClusterStore {
         &self,
         items: &[&Item],
         reply: &GroupReply,
-        cost: u64,
+        batch: &Batch<'_>,
     ) -> Result<(), StoreError> {
-        let Some(cmd) = script::refund_cmd(&self.scripts, items, reply, cost) else {
+        let Some(cmd) = script::refund_cmd(&self.scripts, items, reply, |i| batch.cost_of(i)) else {
             return Ok(());
         };
         let shard = self.shard_for(&items[0].key);
@@ -326,7 +326,6 @@ impl ClusterStore {
         let replies = join_all(grouped.iter().map(|items| self.decide_group(batch, items))).await;
         let rtt = started.elapsed();
 
-        let cost = batch.effective_cost();
         let failed = replies.iter().any(Result::is_err);
         let allowed = !failed && replies.iter().all(|r| r.as_ref().is_ok_and(|r| r.allowed));
         if !allowed && !batch.peek {
@@ -337,7 +336,7 @@ impl ClusterStore {
                 .zip(&replies)
                 .filter_map(|(items, r)| r.as_ref().ok().map(|r| (items, r)))
                 .filter(|(_, r)| r.allowed)
-                .map(|(items, r)| self.refund(items, r, cost));
+                .map(|(items, r)| self.refund(items, r, batch));
             for r in join_all(refunds).await {
                 // Over-charging is the safe side: a failed refund must not
                 // turn a decision the store blocked into a fallback.
@@ -367,7 +366,7 @@ impl ClusterStore {
             return Err(StoreError::Protocol("a limit got no verdict".into()));
         }
         if !allowed {
-            uncharge(batch.items, &mut verdicts, cost);
+            batch.uncharge(&mut verdicts);
         }
         let shard = batch
             .items

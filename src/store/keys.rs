@@ -277,6 +277,23 @@ pub fn route_key(prefix: &str, route_tag: &str, code: &str) -> String {
     [prefix, ":{rt:", route_tag, "}:", code].concat()
 }
 
+/// The key of a decision-service descriptor's limit: `domain_hash` is
+/// [`hash_identity`]`("rls-domain", domain)` and is the hash tag, so every
+/// descriptor of one domain (and so of one request) is on one cluster slot;
+/// `descriptor_hash` is [`hash_identity`]`("rls", descriptor)`, `code`
+/// from [`limit_code`] without a tier.
+pub fn descriptor_key(prefix: &str, domain_hash: &str, descriptor_hash: &str, code: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + 3 * HASH_HEX);
+    out.push_str(prefix);
+    out.push_str(":{rls:");
+    push_dense(&mut out, domain_hash);
+    out.push_str("}:");
+    push_dense(&mut out, descriptor_hash);
+    out.push(':');
+    out.push_str(code);
+    out
+}
+
 /// The hash tag of a key: the part between the first `{` and the next `}`.
 pub fn hash_tag(key: &str) -> &str {
     key.find('{')

@@ -329,12 +329,11 @@ impl MemoryStore {
                 .expect("every shard of the batch is locked")
         };
 
-        let cost = batch.effective_cost();
         let mut steps: Few<Step> = Few::with_capacity(batch.items.len());
         for (item, &(shard, key)) in batch.items.iter().zip(&located) {
             let g = guard(&guards, shard);
             let state = guards[g].1.live(key, now);
-            steps.push(item.algorithm.decide(state, now, cost));
+            steps.push(item.algorithm.decide(state, now, batch.cost_of(item)));
         }
         let mut verdicts: Vec<_> = steps.iter().map(|s| s.verdict).collect();
         let allowed = all_enforced_allow(batch.items, &verdicts);
@@ -369,7 +368,7 @@ impl MemoryStore {
                 }
             }
         } else if !allowed {
-            uncharge(batch.items, &mut verdicts, cost);
+            batch.uncharge(&mut verdicts);
         }
         drop(guards);
         self.report_evictions(evicted);
@@ -388,7 +387,7 @@ impl MemoryStore {
     /// common case): one shard, one lock, nothing gathered.
     fn decide_one(&self, item: &super::Item, batch: &Batch<'_>, now: Micros) -> StoreDecision {
         let (shard, key) = self.locate(&item.key);
-        let cost = batch.effective_cost();
+        let cost = batch.cost_of(item);
         let mut g = self.shards[shard].lock();
         if now >= g.swept_at.saturating_add(SWEEP_INTERVAL_US) {
             g.sweep(now);

@@ -64,6 +64,11 @@ pub struct Item {
     pub algorithm: Algorithm,
     /// A shadow limit is decided and reported but never blocks.
     pub shadow: bool,
+    /// Units this limit is asked for instead of the batch's cost (`Some(0)`
+    /// checks it without charging it), so limits of different groups of
+    /// one request (the descriptors of a rate limit service request) are
+    /// decided in one call at their own costs. Ignored when peeking.
+    pub cost: Option<u64>,
 }
 
 impl Item {
@@ -73,7 +78,14 @@ impl Item {
             key: key.into(),
             algorithm,
             shadow: false,
+            cost: None,
         }
+    }
+
+    /// The same limit asked for `cost` units whatever the batch's cost.
+    pub fn with_cost(mut self, cost: u64) -> Self {
+        self.cost = Some(cost);
+        self
     }
 }
 
@@ -117,9 +129,37 @@ impl<'a> Batch<'a> {
         self
     }
 
-    /// The cost each algorithm is asked about (0 when peeking).
+    /// The cost each algorithm is asked about (0 when peeking), unless
+    /// the item names its own ([`Batch::cost_of`]).
     pub fn effective_cost(&self) -> u64 {
         if self.peek { 0 } else { self.cost }
+    }
+
+    /// The cost `item` is asked about: its own if it has one, else the
+    /// batch's; 0 when peeking.
+    pub fn cost_of(&self, item: &Item) -> u64 {
+        if self.peek {
+            0
+        } else {
+            item.cost.unwrap_or(self.cost)
+        }
+    }
+
+    /// Whether some item of the batch names its own cost (and the batch
+    /// charges at all).
+    pub fn has_item_costs(&self) -> bool {
+        !self.peek && self.items.iter().any(|i| i.cost.is_some())
+    }
+
+    /// [`uncharge`] for this batch's items at each one's own cost.
+    pub fn uncharge(&self, verdicts: &mut [Verdict]) {
+        for (item, v) in self.items.iter().zip(verdicts.iter_mut()) {
+            uncharge(
+                std::slice::from_ref(item),
+                std::slice::from_mut(v),
+                self.cost_of(item),
+            );
+        }
     }
 }
 

@@ -187,7 +187,7 @@ impl RedisStore {
             (reply.verdicts, None)
         };
         if !allowed {
-            uncharge(batch.items, &mut verdicts, batch.effective_cost());
+            batch.uncharge(&mut verdicts);
         }
         let decision = StoreDecision {
             allowed,
@@ -214,7 +214,7 @@ impl RedisStore {
         if refs.len() != reply.written.len() {
             return Err(StoreError::Protocol("a charge for other limits".into()));
         }
-        let Some(cmd) = script::refund_cmd(&self.scripts, &refs, reply, units) else {
+        let Some(cmd) = script::refund_cmd(&self.scripts, &refs, reply, |_| units) else {
             return Ok(());
         };
         let mut conn = self.conn.read().clone();

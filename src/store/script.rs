@@ -170,12 +170,24 @@ pub(crate) fn decide_cmd(scripts: &Scripts, batch: &Batch<'_>, items: &[&Item]) 
         Some(now) => cmd.arg(now),
         None => cmd.arg(""),
     };
-    cmd.arg(batch.effective_cost())
-        .arg(if batch.peek { "1" } else { "0" });
+    // Per-item costs (decision service requests) go after the limits,
+    // behind the marker `i`, so the common call keeps its one cost.
+    let per_item = batch.has_item_costs();
+    if per_item {
+        cmd.arg("i");
+    } else {
+        cmd.arg(batch.effective_cost());
+    }
+    cmd.arg(if batch.peek { "1" } else { "0" });
     for item in items {
         cmd.arg(item.algorithm.kind())
             .arg(if item.shadow { "1" } else { "0" });
         push_params(&mut cmd, &item.algorithm);
+    }
+    if per_item {
+        for item in items {
+            cmd.arg(batch.cost_of(item));
+        }
     }
     cmd
 }
@@ -186,13 +198,17 @@ pub(crate) fn refund_cmd(
     scripts: &Scripts,
     items: &[&Item],
     reply: &GroupReply,
-    cost: u64,
+    cost_of: impl Fn(&Item) -> u64,
 ) -> Option<Cmd> {
-    let written: Vec<usize> = (0..items.len()).filter(|&i| reply.written[i]).collect();
-    // A peek (cost 0) wrote and charged nothing.
-    if written.is_empty() || cost == 0 {
+    // A peek, or a limit checked at cost 0, charged nothing to give back.
+    let written: Vec<usize> = (0..items.len())
+        .filter(|&i| reply.written[i] && cost_of(items[i]) > 0)
+        .collect();
+    if written.is_empty() {
         return None;
     }
+    let cost = cost_of(items[written[0]]);
+    let per_item = written.iter().any(|&i| cost_of(items[i]) != cost);
     let bytes = 80
         + written
             .iter()
@@ -203,8 +219,15 @@ pub(crate) fn refund_cmd(
     for &i in &written {
         cmd.arg(&items[i].key);
     }
-    cmd.arg(cost);
+    if per_item {
+        cmd.arg("i");
+    } else {
+        cmd.arg(cost);
+    }
     for &i in &written {
+        if per_item {
+            cmd.arg(cost_of(items[i]));
+        }
         cmd.arg(items[i].algorithm.kind());
         push_params(&mut cmd, &items[i].algorithm);
         cmd.arg(reply.window_start[i])

@@ -157,6 +157,7 @@ pub fn describe() {
         BUILD_INFO,
         "Always 1; the version label names the ratewatch build."
     );
+    super::rls::describe();
 }
 
 /// A builder with ratewatch's histogram buckets, for a global or a local
@@ -318,6 +319,10 @@ pub fn with_ratewatch_buckets(builder: PrometheusBuilder) -> Result<PrometheusBu
         .set_buckets_for_metric(
             Matcher::Full(super::lease::LEASE_RENEW_SECONDS.into()),
             &RTT_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(super::rls::RLS_REQUEST_SECONDS.into()),
+            &super::rls::RLS_BUCKETS,
         )
 }
 

@@ -44,6 +44,7 @@ mod fleet;
 pub mod lease;
 mod memory_view;
 pub mod metrics;
+pub mod rls;
 #[cfg(feature = "redis-store")]
 mod redis_sink;
 mod series;

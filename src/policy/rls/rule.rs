@@ -1,0 +1,96 @@
+//! What a matched descriptor decides.
+
+use std::sync::Arc;
+
+use super::RlsFailure;
+use crate::policy::{LeaseMode, Limit};
+
+/// The unit of an envoyproxy/ratelimit `rate_limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RlsUnit {
+    /// One second.
+    Second,
+    /// One minute.
+    Minute,
+    /// One hour.
+    Hour,
+    /// One day (UTC).
+    Day,
+    /// 30 days, as envoyproxy/ratelimit counts a month.
+    Month,
+    /// 365 days, as envoyproxy/ratelimit counts a year.
+    Year,
+}
+
+impl RlsUnit {
+    /// The YAML spellings (lower case, as envoyproxy/ratelimit writes them).
+    pub const CHOICES: [(&'static str, RlsUnit); 6] = [
+        ("second", RlsUnit::Second),
+        ("minute", RlsUnit::Minute),
+        ("hour", RlsUnit::Hour),
+        ("day", RlsUnit::Day),
+        ("month", RlsUnit::Month),
+        ("year", RlsUnit::Year),
+    ];
+
+    /// The length of one unit in seconds.
+    pub fn seconds(self) -> u64 {
+        match self {
+            RlsUnit::Second => 1,
+            RlsUnit::Minute => 60,
+            RlsUnit::Hour => 3_600,
+            RlsUnit::Day => 86_400,
+            RlsUnit::Month => 86_400 * 30,
+            RlsUnit::Year => 86_400 * 365,
+        }
+    }
+
+    /// The lower-case spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RlsUnit::Second => "second",
+            RlsUnit::Minute => "minute",
+            RlsUnit::Hour => "hour",
+            RlsUnit::Day => "day",
+            RlsUnit::Month => "month",
+            RlsUnit::Year => "year",
+        }
+    }
+}
+
+/// The rule a request descriptor matched.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DescriptorRule {
+    /// Bounded metric label: the `name` if given, else the config path of
+    /// keys and config values (never request values), such as
+    /// `remote_address` or `header_match_foo.remote_address`.
+    pub label: Arc<str>,
+    /// `rate_limit.name` (for `replaces` and `current_limit.name`).
+    pub name: Option<Arc<str>>,
+    /// Limits to decide (envoy YAML: one fixed window of
+    /// `requests_per_unit` per unit, aligned to the epoch). Empty when
+    /// unlimited.
+    pub limits: Vec<Limit>,
+    /// Every request is allowed and nothing is counted.
+    pub unlimited: bool,
+    /// Decided and reported, never enforced.
+    pub shadow: bool,
+    /// Names of rules this one replaces.
+    pub replaces: Vec<Arc<str>>,
+    /// Envoy unit of the (first) limit, for `current_limit`; `None` for
+    /// native rules whose first limit is not a window of a whole unit.
+    pub unit: Option<RlsUnit>,
+    /// Native: the tier named after the descriptor entry this names, as
+    /// keys are resolved to tiers (`tier_from`); the entry's key.
+    pub tier: Option<Arc<str>>,
+    /// Native: units one request costs (`None`: the request's addend).
+    pub cost: Option<u64>,
+    /// Native: what to answer while the store is unreachable (`None`:
+    /// `[rls] on_store_failure`).
+    pub on_store_failure: Option<RlsFailure>,
+    /// Native: how the rule's limits are decided (`None`: each limit's own
+    /// mode, see [`LeaseMode::of_request`]).
+    pub mode: Option<LeaseMode>,
+    /// Accepted from YAML; metric labels stay the bounded `label` anyway.
+    pub detailed_metric: bool,
+}

@@ -1,0 +1,66 @@
+//! The `[rls]` section as loaded.
+
+use std::path::PathBuf;
+
+use super::DomainSet;
+
+/// What a decision service answers while the store is unreachable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RlsFailure {
+    /// Answer OK (counted as a fallback).
+    #[default]
+    Open,
+    /// Answer OVER_LIMIT.
+    Closed,
+    /// Answer gRPC UNAVAILABLE (HTTP 503), so the caller's own failure
+    /// setting (Envoy's `failure_mode_deny`) decides.
+    Unavailable,
+    /// Decide in process with every quota divided by
+    /// `[resilience] expected_instances`.
+    Local,
+}
+
+impl RlsFailure {
+    /// The config spellings, for parsing and messages.
+    pub const CHOICES: [(&'static str, RlsFailure); 4] = [
+        ("open", RlsFailure::Open),
+        ("closed", RlsFailure::Closed),
+        ("unavailable", RlsFailure::Unavailable),
+        ("local", RlsFailure::Local),
+    ];
+
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RlsFailure::Open => "open",
+            RlsFailure::Closed => "closed",
+            RlsFailure::Unavailable => "unavailable",
+            RlsFailure::Local => "local",
+        }
+    }
+
+    /// The same choice as the middleware's failure policy.
+    pub fn from_policy(p: crate::policy::FailurePolicy) -> Self {
+        match p {
+            crate::policy::FailurePolicy::Open => RlsFailure::Open,
+            crate::policy::FailurePolicy::Closed => RlsFailure::Closed,
+            crate::policy::FailurePolicy::Local => RlsFailure::Local,
+        }
+    }
+}
+
+/// `[rls]` of a policy, with every domain loaded (YAML and native).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RlsSettings {
+    /// Every domain, by name.
+    pub domains: DomainSet,
+    /// What to answer while the store is unreachable: `[rls]
+    /// on_store_failure`, else `[resilience] on_store_failure`.
+    pub on_store_failure: RlsFailure,
+    /// A bearer token the HTTP endpoints require from non-loopback callers.
+    pub token: Option<String>,
+    /// The envoyproxy/ratelimit YAML files, resolved against the policy
+    /// file's directory: part of the policy, so a reload re-reads them and
+    /// a follower watches them.
+    pub envoy_configs: Vec<PathBuf>,
+}

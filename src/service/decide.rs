@@ -1,0 +1,514 @@
+//! [`RateLimitService`]: one [`RlsRequest`] to one limiter call.
+//!
+//! Each descriptor is matched to its rule in the request's domain
+//! (envoyproxy/ratelimit's rules, see [`crate::policy::rls::Domain::find`]),
+//! or decided by the limit the proxy sent with it. Every descriptor that
+//! has limits becomes one group of [`Limiter::decide_groups`], so the whole
+//! request is ONE atomic store call: all or nothing, a refused request
+//! charges nothing.
+//!
+//! Status per descriptor, in request order:
+//! - no rule, an unknown domain, an `unlimited` rule, or a rule replaced by
+//!   another matched rule's `replaces`: OK, no `current_limit`, nothing
+//!   counted;
+//! - a shadow rule: decided and counted like any other, but always OK;
+//! - otherwise OK or OVER_LIMIT, with `current_limit`, `limit_remaining`
+//!   and `duration_until_reset` of the rule's most constraining limit.
+//!
+//! Limits that are not windows are reported honestly, not as windows they
+//! are not: `requests_per_unit` is the limit's quota (a token bucket's
+//! capacity, a GCRA's burst), `unit` is the rule's unit when it has one,
+//! else the smallest unit at least as long as the time the limit takes to
+//! refill from empty; `limit_remaining` is what is left now (rounded down)
+//! and `duration_until_reset` the time until the quota is whole again.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::proto::Unit;
+use super::request::{CurrentLimit, RlsAnswer, RlsDescriptor, RlsRequest, RlsStatus};
+use crate::limiter::{
+    Group, GroupReport, Groups, GroupsDecision, GroupsFailure, GroupsUnavailable, LimitReport,
+    Limiter,
+};
+use crate::policy::rls::{DescriptorRule, Domain, RlsFailure, RlsSettings};
+use crate::policy::{FailurePolicy, Limit};
+use crate::telemetry::rls as m;
+
+/// The decision service: a limiter and how to answer. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct RateLimitService {
+    limiter: Limiter,
+    ietf_headers: bool,
+}
+
+/// Why a request got no decision.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RlsError {
+    /// The store could not decide and the failure policy is
+    /// `unavailable` (gRPC UNAVAILABLE, HTTP 503).
+    #[error("{0}")]
+    Unavailable(GroupsUnavailable),
+}
+
+/// What one descriptor asks for, before the store call.
+enum Plan {
+    /// Nothing to decide: OK.
+    Free { rule: Arc<str>, unlimited: bool },
+    /// Limits to decide, as group `group` of the call.
+    Decide {
+        rule: Arc<str>,
+        limits: Vec<Limit>,
+        unit: Option<Unit>,
+        name: String,
+        cost: u64,
+        shadow: bool,
+        identity: String,
+        failure: Option<RlsFailure>,
+    },
+}
+
+impl RateLimitService {
+    /// The service deciding against `limiter` (its policy's `[rls]`
+    /// domains, read afresh for every request, so reloads apply).
+    /// Statuses carry IETF `RateLimit` / `RateLimit-Policy` response
+    /// headers unless turned off with [`RateLimitService::with_ietf_headers`].
+    pub fn new(limiter: Limiter) -> Self {
+        Self {
+            limiter,
+            ietf_headers: true,
+        }
+    }
+
+    /// Whether answers carry `RateLimit` / `RateLimit-Policy` headers for
+    /// the client (`response_headers_to_add`).
+    pub fn with_ietf_headers(mut self, on: bool) -> Self {
+        self.ietf_headers = on;
+        self
+    }
+
+    /// The limiter decisions go to.
+    pub fn limiter(&self) -> &Limiter {
+        &self.limiter
+    }
+
+    /// Registers the service's metrics at zero for every configured domain.
+    pub fn register_metrics(&self) {
+        let policy = self.limiter.policy();
+        let domains: Vec<Arc<str>> = policy.rls.domains.iter().map(|d| d.name.clone()).collect();
+        m::register_at_zero(domains.iter().map(|d| (&**d, m::UNMATCHED_RULE)));
+    }
+
+    /// Decides `request`: every descriptor in one store call. `api` names
+    /// the front end in metrics (`grpc`, `json`, `decide`).
+    pub async fn decide(&self, request: &RlsRequest, api: &'static str) -> Result<RlsAnswer, RlsError> {
+        let started = Instant::now();
+        let answer = self.decide_inner(request, false).await;
+        m::record_latency(api, started.elapsed());
+        if answer.is_err() {
+            m::record_error(api, "store_unavailable");
+        }
+        answer.map(|(a, _)| a)
+    }
+
+    /// [`RateLimitService::decide`] with the limiter's answer beside it
+    /// (for headers built like the middleware's), and `peek` to report
+    /// without charging.
+    pub async fn decide_with_groups(
+        &self,
+        request: &RlsRequest,
+        peek: bool,
+        api: &'static str,
+    ) -> Result<(RlsAnswer, GroupsDecision), RlsError> {
+        let started = Instant::now();
+        let answer = self.decide_inner(request, peek).await;
+        m::record_latency(api, started.elapsed());
+        if answer.is_err() {
+            m::record_error(api, "store_unavailable");
+        }
+        answer
+    }
+
+    async fn decide_inner(
+        &self,
+        request: &RlsRequest,
+        peek: bool,
+    ) -> Result<(RlsAnswer, GroupsDecision), RlsError> {
+        let policy = self.limiter.policy();
+        let settings: &RlsSettings = &policy.rls;
+        let domain = settings.domains.domain(&request.domain);
+        let domain_label: Arc<str> = match domain {
+            Some(d) => d.name.clone(),
+            None => m::UNKNOWN_DOMAIN.into(),
+        };
+        let plans = plan(domain, request);
+        // One failure policy per call: the strictest any decided rule asks
+        // for (unavailable > closed > local > open), else the section's.
+        let failure = plans
+            .iter()
+            .filter_map(|p| match p {
+                Plan::Decide { failure, .. } => *failure,
+                Plan::Free { .. } => None,
+            })
+            .max_by_key(|f| strictness(*f))
+            .unwrap_or(settings.on_store_failure);
+        let groups: Vec<Group<'_>> = plans
+            .iter()
+            .filter_map(|p| match p {
+                Plan::Decide {
+                    rule,
+                    limits,
+                    cost,
+                    shadow,
+                    identity,
+                    ..
+                } => Some(Group {
+                    identity,
+                    limits,
+                    cost: *cost,
+                    shadow: *shadow,
+                    label: rule.clone(),
+                }),
+                Plan::Free { .. } => None,
+            })
+            .collect();
+        let call = Groups {
+            tag: domain_label.clone(),
+            groups,
+            on_failure: match failure {
+                RlsFailure::Open => GroupsFailure::Policy(FailurePolicy::Open),
+                RlsFailure::Closed => GroupsFailure::Policy(FailurePolicy::Closed),
+                RlsFailure::Local => GroupsFailure::Policy(FailurePolicy::Local),
+                RlsFailure::Unavailable => GroupsFailure::Unavailable,
+            },
+            peek,
+        };
+        let decision = self
+            .limiter
+            .decide_groups(&call)
+            .await
+            .map_err(RlsError::Unavailable)?;
+        let answer = self.answer(&domain_label, &plans, &decision, peek);
+        Ok((answer, decision))
+    }
+
+    fn answer(
+        &self,
+        domain: &str,
+        plans: &[Plan],
+        decision: &GroupsDecision,
+        peek: bool,
+    ) -> RlsAnswer {
+        let mut reports = decision.groups.iter();
+        let fallback = decision.is_fallback();
+        let mut statuses = Vec::with_capacity(plans.len());
+        let mut policy_fields = Vec::new();
+        let mut tightest: Option<(&LimitReport, &str)> = None;
+        for p in plans {
+            match p {
+                Plan::Free { rule, unlimited } => {
+                    if !peek {
+                        let outcome = if *unlimited { "unlimited" } else { "ok" };
+                        m::record_decision(domain, rule, outcome);
+                    }
+                    statuses.push(RlsStatus::default());
+                }
+                Plan::Decide {
+                    rule,
+                    unit,
+                    name,
+                    shadow,
+                    ..
+                } => {
+                    let report: &GroupReport = reports.next().expect("one report per group");
+                    let over = !report.allowed && !shadow;
+                    let outcome = match (fallback, !report.allowed, *shadow) {
+                        (true, false, _) | (true, true, true) => "fallback_ok",
+                        (true, true, false) => "fallback_over_limit",
+                        (false, true, true) => "shadow_over_limit",
+                        (false, true, false) => "over_limit",
+                        (false, false, _) => "ok",
+                    };
+                    if !peek {
+                        m::record_decision(domain, rule, outcome);
+                    }
+                    let limit = most_constraining(report);
+                    let status = match limit {
+                        Some(l) => {
+                            if !shadow {
+                                policy_fields.push(format!(
+                                    "\"{}\";q={};w={}",
+                                    sf_name(&l.name),
+                                    l.quota,
+                                    l.window_secs.max(1)
+                                ));
+                                if tightest.is_none_or(|(t, _)| l.remaining < t.remaining) {
+                                    tightest = Some((l, name));
+                                }
+                            }
+                            RlsStatus {
+                                over_limit: over,
+                                current_limit: Some(CurrentLimit {
+                                    requests_per_unit: u32::try_from(l.quota).unwrap_or(u32::MAX),
+                                    unit: unit.unwrap_or_else(|| unit_for(l.window_secs)),
+                                    name: name.clone(),
+                                }),
+                                limit_remaining: remaining_of(l),
+                                duration_until_reset: until_reset(l),
+                            }
+                        }
+                        None => RlsStatus {
+                            over_limit: over,
+                            ..RlsStatus::default()
+                        },
+                    };
+                    statuses.push(status);
+                }
+            }
+        }
+        let mut response_headers = Vec::new();
+        if self.ietf_headers && !policy_fields.is_empty() {
+            response_headers.push(("RateLimit-Policy".to_owned(), policy_fields.join(", ")));
+            if let Some((l, _)) = tightest {
+                response_headers.push((
+                    "RateLimit".to_owned(),
+                    format!(
+                        "\"{}\";r={};t={}",
+                        sf_name(&l.name),
+                        remaining_of(l),
+                        until_reset(l).as_secs()
+                    ),
+                ));
+            }
+        }
+        RlsAnswer {
+            over_limit: !decision.allowed,
+            statuses,
+            response_headers,
+        }
+    }
+}
+
+/// The descriptor's plan in `domain` (none: an unknown domain).
+fn plan(domain: Option<&Domain>, request: &RlsRequest) -> Vec<Plan> {
+    let default_cost = u64::from(request.hits_addend.max(1));
+    let Some(domain) = domain else {
+        return request
+            .descriptors
+            .iter()
+            .map(|_| Plan::Free {
+                rule: m::UNMATCHED_RULE.into(),
+                unlimited: false,
+            })
+            .collect();
+    };
+    let rules: Vec<Option<&DescriptorRule>> = request
+        .descriptors
+        .iter()
+        .map(|d| {
+            let entries: Vec<(&str, &str)> = d
+                .entries
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            domain.find(&entries)
+        })
+        .collect();
+    // envoyproxy's `replaces`: a matched rule naming another matched
+    // rule's name takes its place; the replaced one counts nothing.
+    let replaced: Vec<&Arc<str>> = rules
+        .iter()
+        .flatten()
+        .flat_map(|r| r.replaces.iter())
+        .collect();
+    request
+        .descriptors
+        .iter()
+        .zip(rules)
+        .map(|(d, rule)| descriptor_plan(&domain.name, d, rule, &replaced, default_cost))
+        .collect()
+}
+
+fn descriptor_plan(
+    domain: &str,
+    d: &RlsDescriptor,
+    rule: Option<&DescriptorRule>,
+    replaced: &[&Arc<str>],
+    default_cost: u64,
+) -> Plan {
+    let identity = descriptor_identity(domain, d);
+    if let Some(o) = d.limit {
+        // The proxy's limit wins over the configured one, as in
+        // envoyproxy/ratelimit (never shadow there either).
+        let secs = o.unit.seconds().unwrap_or(1);
+        let name = rule.and_then(|r| r.name.as_deref()).unwrap_or("");
+        return Plan::Decide {
+            rule: rule.map_or_else(|| m::OVERRIDE_RULE.into(), |r| r.label.clone()),
+            limits: vec![Limit::fixed_window(
+                format!("override:{}:{}", o.requests_per_unit, secs),
+                u64::from(o.requests_per_unit),
+                Duration::from_secs(secs),
+            )],
+            unit: Some(o.unit),
+            name: name.to_owned(),
+            cost: d.hits_addend.unwrap_or(default_cost),
+            shadow: false,
+            identity,
+            failure: rule.and_then(|r| r.on_store_failure),
+        };
+    }
+    let Some(rule) = rule else {
+        return Plan::Free {
+            rule: m::UNMATCHED_RULE.into(),
+            unlimited: false,
+        };
+    };
+    let is_replaced = rule
+        .name
+        .as_ref()
+        .is_some_and(|n| replaced.iter().any(|r| **r == *n));
+    if rule.unlimited || rule.limits.is_empty() || is_replaced {
+        return Plan::Free {
+            rule: rule.label.clone(),
+            unlimited: rule.unlimited,
+        };
+    }
+    Plan::Decide {
+        rule: rule.label.clone(),
+        limits: rule.limits.clone(),
+        unit: rule.unit.map(unit_of),
+        name: rule.name.as_deref().unwrap_or("").to_owned(),
+        cost: d.hits_addend.or(rule.cost).unwrap_or(default_cost),
+        shadow: rule.shadow,
+        identity,
+        failure: rule.on_store_failure,
+    }
+}
+
+/// The counter identity of a descriptor: its domain and every entry, so
+/// each distinct value has its own counters (as in envoyproxy/ratelimit).
+/// Each part is length-prefixed, so no entry can pass for another.
+fn descriptor_identity(domain: &str, d: &RlsDescriptor) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(64);
+    s.push_str(domain);
+    for (k, v) in &d.entries {
+        let _ = write!(s, "\u{0}{}:{k}{}:{v}", k.len(), v.len());
+    }
+    if let Some(o) = d.limit {
+        s.push('\u{0}');
+        s.push_str(&format!("limit={}/{}", o.requests_per_unit, o.unit.json_name()));
+    }
+    s
+}
+
+fn strictness(f: RlsFailure) -> u8 {
+    match f {
+        RlsFailure::Open => 0,
+        RlsFailure::Local => 1,
+        RlsFailure::Closed => 2,
+        RlsFailure::Unavailable => 3,
+    }
+}
+
+fn unit_of(u: crate::policy::rls::RlsUnit) -> Unit {
+    use crate::policy::rls::RlsUnit as R;
+    match u {
+        R::Second => Unit::Second,
+        R::Minute => Unit::Minute,
+        R::Hour => Unit::Hour,
+        R::Day => Unit::Day,
+        R::Month => Unit::Month,
+        R::Year => Unit::Year,
+    }
+}
+
+/// The smallest unit at least `secs` long (a year for anything longer).
+fn unit_for(secs: u64) -> Unit {
+    [
+        Unit::Second,
+        Unit::Minute,
+        Unit::Hour,
+        Unit::Day,
+        Unit::Week,
+        Unit::Month,
+    ]
+    .into_iter()
+    .find(|u| u.seconds().is_some_and(|s| s >= secs))
+    .unwrap_or(Unit::Year)
+}
+
+/// The enforced limit with the fewest units left (a blocking one first).
+fn most_constraining(report: &GroupReport) -> Option<&LimitReport> {
+    report
+        .limits
+        .iter()
+        .filter(|l| !l.allowed)
+        .max_by_key(|l| l.retry_after)
+        .or_else(|| {
+            report
+                .limits
+                .iter()
+                .min_by(|a, b| a.remaining.total_cmp(&b.remaining))
+        })
+}
+
+fn remaining_of(l: &LimitReport) -> u32 {
+    let r = l.remaining.floor();
+    if r <= 0.0 {
+        0
+    } else if r >= f64::from(u32::MAX) {
+        u32::MAX
+    } else {
+        r as u32
+    }
+}
+
+/// Until the quota is back, in whole seconds rounded up (Envoy shows
+/// seconds; a rounded-down 0 would tell a client to retry too early).
+fn until_reset(l: &LimitReport) -> Duration {
+    let d = l.reset_after.max(l.retry_after);
+    Duration::from_secs(d.as_micros().div_ceil(1_000_000) as u64)
+}
+
+/// A limit name as a structured-field string: quotes and backslashes
+/// dropped, so a configured name cannot break the header.
+fn sf_name(name: &str) -> String {
+    name.chars()
+        .filter(|c| *c != '"' && *c != '\\' && (' '..='~').contains(c))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_for_non_windows_are_the_smallest_that_covers_the_refill() {
+        assert_eq!(unit_for(1), Unit::Second);
+        assert_eq!(unit_for(30), Unit::Minute);
+        assert_eq!(unit_for(60), Unit::Minute);
+        assert_eq!(unit_for(61), Unit::Hour);
+        assert_eq!(unit_for(86_400 * 400), Unit::Year);
+    }
+
+    #[test]
+    fn descriptor_identities_keep_entries_apart() {
+        let d = |e: &[(&str, &str)]| RlsDescriptor {
+            entries: e
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..RlsDescriptor::default()
+        };
+        assert_ne!(
+            descriptor_identity("x", &d(&[("a", "b=c")])),
+            descriptor_identity("x", &d(&[("a=b", "c")]))
+        );
+        assert_ne!(
+            descriptor_identity("x", &d(&[("a", "1")])),
+            descriptor_identity("y", &d(&[("a", "1")]))
+        );
+    }
+}

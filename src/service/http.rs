@@ -1,0 +1,358 @@
+//! The HTTP front end on the `--listen` port: `POST /json` and
+//! `POST /v1/decide`.
+//!
+//! Both answer loopback clients only, unless `[rls] token` is set: then
+//! every caller, loopback or not, must send `Authorization: Bearer
+//! <token>` (compared in constant time). A trusted proxy's
+//! `X-Forwarded-For` names the client, as for the dashboard.
+//!
+//! `POST /json` takes a `RateLimitRequest` as proto3 JSON and answers the
+//! `RateLimitResponse` as proto3 JSON: 200 when OK, 429 when OVER_LIMIT,
+//! 503 when the store is unreachable under `on_store_failure =
+//! "unavailable"`, 400 for a malformed request.
+//!
+//! `POST /v1/decide` takes ratewatch's own request (see the README,
+//! "Decision service API") and answers with the same rate-limit headers as
+//! the middleware.
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use http::{HeaderMap, StatusCode, header};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::decide::{RateLimitService, RlsError};
+use super::json::{request_from_json, response_to_json};
+use super::request::{RlsDescriptor, RlsRequest};
+use crate::Decision;
+use crate::identity::{Identity, IdentityKind, client_ip, peer_ip};
+use crate::layer::headers;
+use crate::limiter::group_decision;
+use crate::telemetry::rls as m;
+
+/// Largest request body read (a RateLimitRequest is small).
+const MAX_BODY: usize = 64 * 1024;
+
+/// `POST /json` and `POST /v1/decide`, for any router state.
+pub fn routes<S: Clone + Send + Sync + 'static>(service: RateLimitService) -> Router<S> {
+    Router::new()
+        .route("/json", post(json_handler))
+        .route("/v1/decide", post(decide_handler))
+        .with_state(service)
+}
+
+/// `None` admits the caller; otherwise the refusal.
+fn refuse(service: &RateLimitService, req: &Request, api: &'static str) -> Option<Response> {
+    let policy = service.limiter().policy();
+    let bad = |status: StatusCode, why: &'static str| {
+        m::record_error(api, "unauthorized");
+        Some((status, Json(json!({"error": why}))).into_response())
+    };
+    if let Some(token) = &policy.rls.token {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim());
+        return match given {
+            Some(t) if constant_time_eq(t.as_bytes(), token.as_bytes()) => None,
+            _ => bad(
+                StatusCode::UNAUTHORIZED,
+                "this endpoint requires Authorization: Bearer <[rls] token>",
+            ),
+        };
+    }
+    let trusted = &policy.identity.trusted_proxies;
+    let peer = peer_ip(req.extensions()).map(|ip| ip.to_canonical());
+    let client = client_ip(trusted, req.headers(), peer)
+        .ok()
+        .flatten()
+        .map(|ip| ip.to_canonical());
+    if client.is_some_and(|ip| ip.is_loopback()) {
+        None
+    } else {
+        bad(
+            StatusCode::FORBIDDEN,
+            "this endpoint answers loopback clients only unless [rls] token is set",
+        )
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// `serde_json` output as a response, without axum's `json` feature type.
+struct Json(serde_json::Value);
+
+impl IntoResponse for Json {
+    fn into_response(self) -> Response {
+        (
+            [(header::CONTENT_TYPE, "application/json")],
+            self.0.to_string(),
+        )
+            .into_response()
+    }
+}
+
+async fn body_of(req: Request, api: &'static str) -> Result<Bytes, Response> {
+    axum::body::to_bytes(req.into_body(), MAX_BODY)
+        .await
+        .map_err(|_| bad_request(api, "the body is unreadable or larger than 64 KiB"))
+}
+
+fn bad_request(api: &'static str, why: impl std::fmt::Display) -> Response {
+    m::record_error(api, "bad_request");
+    (
+        StatusCode::BAD_REQUEST,
+        Json(json!({"error": why.to_string()})),
+    )
+        .into_response()
+}
+
+fn unavailable(e: &RlsError) -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, "1")],
+        Json(json!({"error": "store_unavailable", "message": e.to_string()})),
+    )
+        .into_response()
+}
+
+async fn json_handler(State(service): State<RateLimitService>, req: Request) -> Response {
+    if let Some(r) = refuse(&service, &req, "json") {
+        return r;
+    }
+    let body = match body_of(req, "json").await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let request = match request_from_json(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_request("json", e),
+    };
+    match service.decide(&request, "json").await {
+        Ok(answer) => {
+            let status = if answer.over_limit {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::OK
+            };
+            (status, Json(response_to_json(&answer))).into_response()
+        }
+        Err(e) => unavailable(&e),
+    }
+}
+
+/// The body of `POST /v1/decide`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecideRequest {
+    /// An API key: its tier comes from the policy's key prefixes.
+    key: Option<String>,
+    /// Any other caller identity (a user id...): the default tier.
+    identity: Option<String>,
+    tier: Option<String>,
+    route: Option<String>,
+    method: Option<String>,
+    domain: Option<String>,
+    descriptors: Option<Vec<DescriptorInput>>,
+    cost: Option<u64>,
+    #[serde(default)]
+    peek: bool,
+}
+
+/// A descriptor as `{"key": "value", ...}` (entries in key order is not
+/// guaranteed by JSON objects, so a list of pairs is accepted too).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum DescriptorInput {
+    Entries(Vec<EntryInput>),
+    Pairs(serde_json::Map<String, serde_json::Value>),
+}
+
+#[derive(Debug, Deserialize)]
+struct EntryInput {
+    key: String,
+    value: String,
+}
+
+async fn decide_handler(State(service): State<RateLimitService>, req: Request) -> Response {
+    if let Some(r) = refuse(&service, &req, "decide") {
+        return r;
+    }
+    let (parts, body) = req.into_parts();
+    let body = match body_of(Request::from_parts(parts.clone(), body), "decide").await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let input: DecideRequest = match serde_json::from_slice(&body) {
+        Ok(i) => i,
+        Err(e) => return bad_request("decide", e),
+    };
+    let started = Instant::now();
+    let answer = if input.domain.is_some() || input.descriptors.is_some() {
+        decide_descriptors(&service, input).await
+    } else {
+        decide_key(&service, input, &parts).await
+    };
+    if answer.status() != StatusCode::BAD_REQUEST {
+        m::record_latency("decide", started.elapsed());
+    }
+    answer
+}
+
+async fn decide_descriptors(service: &RateLimitService, input: DecideRequest) -> Response {
+    if input.key.is_some() || input.identity.is_some() || input.route.is_some() {
+        return bad_request(
+            "decide",
+            "give either domain + descriptors, or key/identity with route",
+        );
+    }
+    let Some(domain) = input.domain else {
+        return bad_request("decide", "descriptors need a domain");
+    };
+    let mut descriptors = Vec::new();
+    for d in input.descriptors.unwrap_or_default() {
+        let entries = match d {
+            DescriptorInput::Entries(e) => e.into_iter().map(|e| (e.key, e.value)).collect(),
+            DescriptorInput::Pairs(map) => {
+                let mut entries = Vec::new();
+                for (k, v) in map {
+                    match v {
+                        serde_json::Value::String(s) => entries.push((k, s)),
+                        _ => return bad_request("decide", "descriptor values must be strings"),
+                    }
+                }
+                entries
+            }
+        };
+        descriptors.push(RlsDescriptor {
+            entries,
+            limit: None,
+            hits_addend: input.cost,
+        });
+    }
+    let request = RlsRequest {
+        domain,
+        descriptors,
+        hits_addend: 0,
+    };
+    match service
+        .decide_with_groups(&request, input.peek, "decide")
+        .await
+    {
+        Ok((answer, groups)) => {
+            let decision = group_decision(&groups, request.domain.as_str().into());
+            let body = json!({
+                "allowed": !answer.over_limit,
+                "domain": request.domain,
+                "statuses": response_to_json(&answer)["statuses"].clone(),
+                "retry_after_secs": decision.retry_after.map(headers::ceil_secs),
+            });
+            with_headers(&decision, !answer.over_limit, body)
+        }
+        Err(e) => unavailable(&e),
+    }
+}
+
+async fn decide_key(
+    service: &RateLimitService,
+    input: DecideRequest,
+    parts: &http::request::Parts,
+) -> Response {
+    let identity = match (input.key, input.identity) {
+        (Some(k), None) => Identity::new(IdentityKind::ApiKey, k),
+        (None, Some(i)) => Identity::new(IdentityKind::Custom, i),
+        _ => {
+            return bad_request(
+                "decide",
+                "give exactly one of key and identity (or domain + descriptors)",
+            );
+        }
+    };
+    let snapshot = service.limiter().snapshot();
+    let tier = match input.tier {
+        Some(t) if snapshot.policy().tiers.iter().any(|x| x.name == t) => t,
+        Some(t) => return bad_request("decide", format!("unknown tier {t:?}")),
+        None if identity.kind() == IdentityKind::ApiKey => {
+            snapshot.resolve_tier(&identity, parts)
+        }
+        None => snapshot.policy().identity.default_tier.clone(),
+    };
+    let route = input.route.as_deref().and_then(|path| {
+        snapshot.route_for(input.method.as_deref().unwrap_or("GET"), path)
+    });
+    if snapshot.is_exempt(route.as_ref()) {
+        return (
+            StatusCode::OK,
+            Json(json!({"allowed": true, "exempt": true, "tier": tier})),
+        )
+            .into_response();
+    }
+    let decision = if input.peek {
+        snapshot.peek(&identity, &tier, route.as_ref()).await
+    } else if let Some(cost) = input.cost {
+        snapshot
+            .check_with_cost(&identity, &tier, route.as_ref(), cost)
+            .await
+    } else {
+        snapshot.check(&identity, &tier, route.as_ref()).await
+    };
+    let limits: Vec<serde_json::Value> = decision
+        .limits
+        .iter()
+        .map(|l| {
+            json!({
+                "name": l.name.as_ref(),
+                "quota": l.quota,
+                "window_secs": l.window_secs,
+                "remaining": l.remaining.max(0.0).floor() as u64,
+                "reset_after_secs": headers::ceil_secs(l.reset_after),
+                "allowed": l.allowed,
+                "shadow": l.shadow,
+            })
+        })
+        .collect();
+    let body = json!({
+        "allowed": decision.allowed,
+        "tier": decision.tier.as_ref(),
+        "limits": limits,
+        "retry_after_secs": decision.retry_after.map(headers::ceil_secs),
+        "fallback": decision.is_fallback(),
+    });
+    let allowed = decision.allowed;
+    with_headers(&decision, allowed, body)
+}
+
+/// The middleware's headers for `decision`, 200 or 429 (503 when the
+/// store failed closed), `Retry-After` on refusals.
+fn with_headers(decision: &Decision, allowed: bool, body: serde_json::Value) -> Response {
+    let mut h = HeaderMap::new();
+    headers::insert(&mut h, decision);
+    let status = if allowed {
+        StatusCode::OK
+    } else if decision.is_fallback() && !decision.state_known() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
+    if !allowed {
+        let retry = decision.retry_after.unwrap_or(Duration::from_secs(1));
+        h.insert(
+            header::RETRY_AFTER,
+            http::HeaderValue::from(headers::ceil_secs(retry).max(1)),
+        );
+    }
+    (status, h, Json(body)).into_response()
+}

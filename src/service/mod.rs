@@ -1,0 +1,55 @@
+//! The decision service: ratewatch for an Envoy (or Istio) gateway and for
+//! services in any language, beside the middleware of [`crate::layer`].
+//!
+//! - [`grpc`]: Envoy's rate limit service v3
+//!   (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`) and
+//!   `grpc.health.v1.Health`, over h2c, wire-compatible with Envoy 1.40
+//!   (`ratewatch serve --grpc-listen ADDR`).
+//! - [`http`]: `POST /json` (the same request and answer as proto3 JSON,
+//!   as envoyproxy/ratelimit serves it) and the native `POST /v1/decide`.
+//!
+//! Every front end converts its wire format to an [`RlsRequest`], asks
+//! [`RateLimitService`], and converts the [`RlsAnswer`] back. The service
+//! matches descriptors to the policy's `[rls]` domains and decides every
+//! descriptor of a request in one atomic store call through
+//! [`Limiter::decide_groups`](crate::Limiter::decide_groups); it never
+//! touches a store itself.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use ratewatch::service::{RateLimitService, RlsDescriptor, RlsRequest};
+//! use ratewatch::{Limit, Limiter, Policy, Tier};
+//! let policy = Policy::builder()
+//!     .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
+//!     .build()
+//!     .unwrap();
+//! let limiter = Limiter::new(policy).await.unwrap();
+//! // A domain the policy does not name limits nothing: every descriptor is OK.
+//! let service = RateLimitService::new(limiter);
+//! let request = RlsRequest {
+//!     domain: "edge".into(),
+//!     descriptors: vec![RlsDescriptor {
+//!         entries: vec![("remote_address".into(), "10.0.0.1".into())],
+//!         ..Default::default()
+//!     }],
+//!     hits_addend: 0,
+//! };
+//! let answer = service.decide(&request, "grpc").await.unwrap();
+//! assert!(!answer.over_limit);
+//! assert_eq!(answer.statuses.len(), 1);
+//! # });
+//! ```
+
+mod convert;
+mod decide;
+pub mod grpc;
+pub mod http;
+mod json;
+pub mod proto;
+mod request;
+
+pub use convert::{request_from_wire, response_to_wire};
+pub use decide::{RateLimitService, RlsError};
+pub use grpc::{HealthServer, RateLimitServer, serve};
+pub use json::{JsonError, request_from_json, response_to_json};
+pub use request::{CurrentLimit, LimitOverride, RlsAnswer, RlsDescriptor, RlsRequest, RlsStatus};

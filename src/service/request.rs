@@ -1,0 +1,77 @@
+//! The decision service's own request and answer: what the gRPC and JSON
+//! front ends convert from and to. Nothing here knows a wire format.
+
+use std::time::Duration;
+
+use super::proto::Unit;
+
+/// A rate limit service request: a domain and its descriptors.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RlsRequest {
+    /// The domain (a configured one, or any other: then every descriptor
+    /// is OK).
+    pub domain: String,
+    /// The descriptors, decided together.
+    pub descriptors: Vec<RlsDescriptor>,
+    /// Units each descriptor is charged unless it names its own; 0 means 1.
+    pub hits_addend: u32,
+}
+
+/// One descriptor of a request.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RlsDescriptor {
+    /// `(key, value)` entries, outermost first.
+    pub entries: Vec<(String, String)>,
+    /// A limit sent by the proxy, used instead of the configured one.
+    pub limit: Option<LimitOverride>,
+    /// Units this descriptor is charged; `Some(0)` checks it without
+    /// charging; `None` uses the request's.
+    pub hits_addend: Option<u64>,
+}
+
+/// A limit sent with a descriptor: `requests_per_unit` per `unit`, a
+/// fixed window aligned to the epoch like configured ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitOverride {
+    /// Requests per unit.
+    pub requests_per_unit: u32,
+    /// The unit.
+    pub unit: Unit,
+}
+
+/// The answer: overall and per descriptor.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RlsAnswer {
+    /// Whether any enforced descriptor is over its limit.
+    pub over_limit: bool,
+    /// One per request descriptor, in request order.
+    pub statuses: Vec<RlsStatus>,
+    /// Headers for the client's response (`RateLimit`, `RateLimit-Policy`).
+    pub response_headers: Vec<(String, String)>,
+}
+
+/// One descriptor's status.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RlsStatus {
+    /// Over its limit (never for a shadow or unlimited rule).
+    pub over_limit: bool,
+    /// The limit that applied; `None` when no rule matched or it is
+    /// unlimited.
+    pub current_limit: Option<CurrentLimit>,
+    /// Requests left (rounded down).
+    pub limit_remaining: u32,
+    /// Until the quota is back (rounded up to whole seconds is left to
+    /// the proxy).
+    pub duration_until_reset: Duration,
+}
+
+/// The limit reported in a status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CurrentLimit {
+    /// Requests per unit.
+    pub requests_per_unit: u32,
+    /// The unit.
+    pub unit: Unit,
+    /// The rule's name, if any.
+    pub name: String,
+}
