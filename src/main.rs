@@ -81,7 +81,9 @@ fn check_config(file: &std::path::Path) -> ExitCode {
                 p.tiers.len(),
                 p.routes.len()
             );
-            if p.tiers.is_empty() {
+            // Descriptor domains limit on their own (an envoyproxy/ratelimit
+            // migration has no tiers at all).
+            if p.tiers.is_empty() && p.rls.domains.is_empty() {
                 eprintln!("{}: warning: {NO_TIERS}", file.display());
             }
             ExitCode::SUCCESS

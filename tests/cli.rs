@@ -209,3 +209,46 @@ fn check_config_warns_that_a_policy_without_tiers_limits_nothing() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("limits nothing"), "{err}");
 }
+
+#[test]
+fn check_config_validates_the_envoy_yaml_the_policy_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = dir.path().join("edge.yaml");
+    std::fs::write(
+        &yaml,
+        "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: minute\n      requests_per_unit: 60\n",
+    )
+    .unwrap();
+    let policy = dir.path().join("ratewatch.toml");
+    std::fs::write(&policy, "[rls]\nenvoy_configs = [\"edge.yaml\"]\n").unwrap();
+    let check = || {
+        Command::new(env!("CARGO_BIN_EXE_ratewatch"))
+            .arg("check-config")
+            .arg(&policy)
+            .env_remove("RATEWATCH_REDIS_URL")
+            .output()
+            .unwrap()
+    };
+    let out = check();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(
+        &yaml,
+        "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unlimited: true\n      unit: minute\n",
+    )
+    .unwrap();
+    let out = check();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("edge.yaml:6:"),
+        "names the YAML file and line: {err}"
+    );
+    assert!(
+        err.contains("descriptors[0].rate_limit.unit"),
+        "names the field: {err}"
+    );
+}

@@ -282,6 +282,7 @@ impl Compiled {
                         l.algorithm.clone()
                     },
                     shadow: l.shadow,
+                    cost: None,
                 }
             })
             .collect();

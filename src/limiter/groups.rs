@@ -371,7 +371,11 @@ fn reports(
         })
         .collect();
     for (i, ((g, name, algorithm, shadow), v)) in c.owners.iter().zip(&d.verdicts).enumerate() {
-        let algorithm = if local { &c.local[i].algorithm } else { algorithm };
+        let algorithm = if local {
+            &c.local[i].algorithm
+        } else {
+            algorithm
+        };
         if !v.allowed && !shadow {
             groups[*g].allowed = false;
         }

@@ -380,7 +380,7 @@ fn window_of(a: &crate::algorithm::Algorithm) -> Option<u64> {
     }
 }
 
-fn check_limits(limits: &[Limit], at: &str, cost: u64) -> Result<(), (String, String)> {
+pub(crate) fn check_limits(limits: &[Limit], at: &str, cost: u64) -> Result<(), (String, String)> {
     let mut names = HashSet::new();
     for (li, limit) in limits.iter().enumerate() {
         let at = format!("{at}[{li}]");

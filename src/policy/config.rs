@@ -7,13 +7,14 @@ use std::time::Duration;
 use super::Policy;
 
 mod reader;
+mod rls;
 mod rules;
 mod sections;
 
 use reader::{Source, Table};
 
 /// Top-level keys of a policy file.
-const TOP_LEVEL: [&str; 10] = [
+const TOP_LEVEL: [&str; 11] = [
     "version",
     "partition",
     "store",
@@ -24,6 +25,7 @@ const TOP_LEVEL: [&str; 10] = [
     "leases",
     "tiers",
     "routes",
+    "rls",
 ];
 
 /// Why a policy could not be loaded.
@@ -117,13 +119,23 @@ impl Policy {
         let doc = toml::de::DeTable::parse(text).map_err(|e| src.syntax(&e))?;
         let root = Table::root(src, &doc);
         root.only(&TOP_LEVEL, "a ratewatch policy")?;
+        let resilience = sections::resilience(root.table("resilience")?)?;
+        let rls_cx = rls::Context {
+            src,
+            doc: &doc,
+            file,
+            on_store_failure: resilience.on_store_failure,
+            has_tiers: !root.tables("tiers")?.is_empty(),
+        };
+        let rls = rls::rls(root.table("rls")?, &rls_cx)?;
         let mut builder = Policy::builder()
             .store(sections::store(root.table("store")?)?)
-            .resilience(sections::resilience(root.table("resilience")?)?)
+            .resilience(resilience)
             .identity(sections::identity(root.table("identity")?)?)
             .telemetry(sections::telemetry(root.table("telemetry")?)?)
             .dashboard(sections::dashboard(root.table("dashboard")?)?)
-            .leases(sections::leases(root.table("leases")?)?);
+            .leases(sections::leases(root.table("leases")?)?)
+            .rls(rls);
         if let Some(version) = root.str("version")? {
             builder = builder.version(version);
         }

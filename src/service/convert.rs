@@ -16,7 +16,9 @@ pub fn request_from_wire(r: proto::RateLimitRequest) -> RlsRequest {
             .map(|d| RlsDescriptor {
                 entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
                 limit: d.limit.and_then(|l| {
-                    let unit = Unit::try_from(l.unit).ok().filter(|u| *u != Unit::Unknown)?;
+                    let unit = Unit::try_from(l.unit)
+                        .ok()
+                        .filter(|u| *u != Unit::Unknown)?;
                     Some(LimitOverride {
                         requests_per_unit: l.requests_per_unit,
                         unit,
@@ -121,7 +123,7 @@ mod tests {
         let want = [
             0x08, 2, // overall OVER_LIMIT
             0x12, 2, 0x08, 1, // status OK, nothing else
-            0x12, 10, 0x08, 2, 0x12, 4, 0x08, 3, 0x10, 2, 0x22, 2, 0x08, 42,
+            0x12, 12, 0x08, 2, 0x12, 4, 0x08, 3, 0x10, 2, 0x22, 2, 0x08, 42,
         ];
         assert_eq!(bytes, want);
     }

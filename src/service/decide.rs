@@ -96,13 +96,24 @@ impl RateLimitService {
     /// Registers the service's metrics at zero for every configured domain.
     pub fn register_metrics(&self) {
         let policy = self.limiter.policy();
-        let domains: Vec<Arc<str>> = policy.rls.domains.iter().map(|d| d.name.clone()).collect();
-        m::register_at_zero(domains.iter().map(|d| (&**d, m::UNMATCHED_RULE)));
+        let mut pairs: Vec<(Arc<str>, Arc<str>)> = Vec::new();
+        for d in policy.rls.domains.iter() {
+            pairs.push((d.name.clone(), m::UNMATCHED_RULE.into()));
+            pairs.push((d.name.clone(), m::OVERRIDE_RULE.into()));
+            for r in d.rules() {
+                pairs.push((d.name.clone(), r.label.clone()));
+            }
+        }
+        m::register_at_zero(pairs.iter().map(|(d, r)| (&**d, &**r)));
     }
 
     /// Decides `request`: every descriptor in one store call. `api` names
     /// the front end in metrics (`grpc`, `json`, `decide`).
-    pub async fn decide(&self, request: &RlsRequest, api: &'static str) -> Result<RlsAnswer, RlsError> {
+    pub async fn decide(
+        &self,
+        request: &RlsRequest,
+        api: &'static str,
+    ) -> Result<RlsAnswer, RlsError> {
         let started = Instant::now();
         let answer = self.decide_inner(request, false).await;
         m::record_latency(api, started.elapsed());
@@ -398,7 +409,11 @@ fn descriptor_identity(domain: &str, d: &RlsDescriptor) -> String {
     }
     if let Some(o) = d.limit {
         s.push('\u{0}');
-        s.push_str(&format!("limit={}/{}", o.requests_per_unit, o.unit.json_name()));
+        s.push_str(&format!(
+            "limit={}/{}",
+            o.requests_per_unit,
+            o.unit.json_name()
+        ));
     }
     s
 }
@@ -419,6 +434,7 @@ fn unit_of(u: crate::policy::rls::RlsUnit) -> Unit {
         R::Minute => Unit::Minute,
         R::Hour => Unit::Hour,
         R::Day => Unit::Day,
+        R::Week => Unit::Week,
         R::Month => Unit::Month,
         R::Year => Unit::Year,
     }

@@ -285,14 +285,13 @@ async fn decide_key(
     let tier = match input.tier {
         Some(t) if snapshot.policy().tiers.iter().any(|x| x.name == t) => t,
         Some(t) => return bad_request("decide", format!("unknown tier {t:?}")),
-        None if identity.kind() == IdentityKind::ApiKey => {
-            snapshot.resolve_tier(&identity, parts)
-        }
+        None if identity.kind() == IdentityKind::ApiKey => snapshot.resolve_tier(&identity, parts),
         None => snapshot.policy().identity.default_tier.clone(),
     };
-    let route = input.route.as_deref().and_then(|path| {
-        snapshot.route_for(input.method.as_deref().unwrap_or("GET"), path)
-    });
+    let route = input
+        .route
+        .as_deref()
+        .and_then(|path| snapshot.route_for(input.method.as_deref().unwrap_or("GET"), path));
     if snapshot.is_exempt(route.as_ref()) {
         return (
             StatusCode::OK,

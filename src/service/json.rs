@@ -28,9 +28,9 @@ fn field<'a>(
     snake: &str,
 ) -> Result<Option<&'a Value>, JsonError> {
     match (obj.get(camel), obj.get(snake)) {
-        (Some(_), Some(_)) if camel != snake => Err(err(format!(
-            "both {camel:?} and {snake:?} are given"
-        ))),
+        (Some(_), Some(_)) if camel != snake => {
+            Err(err(format!("both {camel:?} and {snake:?} are given")))
+        }
         (Some(v), _) | (None, Some(v)) => Ok((!v.is_null()).then_some(v)),
         (None, None) => Ok(None),
     }
@@ -207,9 +207,11 @@ mod tests {
 
     #[test]
     fn camel_case_snake_case_and_strings_for_integers_are_accepted() {
-        let camel = br#"{"domain":"d","hitsAddend":"2","descriptors":[{"entries":[{"key":"k","value":"v"}],
+        let camel =
+            br#"{"domain":"d","hitsAddend":"2","descriptors":[{"entries":[{"key":"k","value":"v"}],
             "limit":{"requestsPerUnit":"5","unit":"MINUTE"},"hitsAddend":"0"}]}"#;
-        let snake = br#"{"domain":"d","hits_addend":2,"descriptors":[{"entries":[{"key":"k","value":"v"}],
+        let snake =
+            br#"{"domain":"d","hits_addend":2,"descriptors":[{"entries":[{"key":"k","value":"v"}],
             "limit":{"requests_per_unit":5,"unit":2},"hits_addend":0}]}"#;
         let a = request_from_json(camel).unwrap();
         assert_eq!(a, request_from_json(snake).unwrap());
@@ -236,7 +238,11 @@ mod tests {
             br#"{"descriptors":[{"limit":{"unit":"FORTNIGHT"}}]}"#,
             br#"{"hitsAddend":1,"hits_addend":2}"#,
         ] {
-            assert!(request_from_json(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+            assert!(
+                request_from_json(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 

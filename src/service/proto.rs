@@ -296,7 +296,10 @@ mod tests {
         assert_eq!(d.entries[0].key, "remote_address");
         assert_eq!(d.entries[0].value, "10.0.0.1");
         let limit = d.limit.as_ref().unwrap();
-        assert_eq!((limit.requests_per_unit, limit.unit), (5, Unit::Minute as i32));
+        assert_eq!(
+            (limit.requests_per_unit, limit.unit),
+            (5, Unit::Minute as i32)
+        );
         assert_eq!(d.hits_addend, Some(UInt64Value { value: 0 }));
     }
 

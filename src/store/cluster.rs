@@ -30,7 +30,7 @@ use redis::cluster_async::ClusterConnection;
 
 use super::keys::hash_tag;
 use super::script::{self, GroupReply, ReloadCounter, Scripts};
-use super::{Batch, Charge, Item, Store, StoreDecision, StoreError, uncharge};
+use super::{Batch, Charge, Item, Store, StoreDecision, StoreError};
 use crate::policy::StoreSettings;
 
 /// Slots of a Redis Cluster.
@@ -287,9 +287,9 @@ impl ClusterStore {
         &self,
         items: &[&Item],
         reply: &GroupReply,
-        batch: &Batch<'_>,
+        cost_of: impl Fn(&Item) -> u64,
     ) -> Result<(), StoreError> {
-        let Some(cmd) = script::refund_cmd(&self.scripts, items, reply, |i| batch.cost_of(i)) else {
+        let Some(cmd) = script::refund_cmd(&self.scripts, items, reply, cost_of) else {
             return Ok(());
         };
         let shard = self.shard_for(&items[0].key);
@@ -336,7 +336,7 @@ impl ClusterStore {
                 .zip(&replies)
                 .filter_map(|(items, r)| r.as_ref().ok().map(|r| (items, r)))
                 .filter(|(_, r)| r.allowed)
-                .map(|(items, r)| self.refund(items, r, batch));
+                .map(|(items, r)| self.refund(items, r, |i| batch.cost_of(i)));
             for r in join_all(refunds).await {
                 // Over-charging is the safe side: a failed refund must not
                 // turn a decision the store blocked into a fallback.
@@ -397,7 +397,7 @@ impl ClusterStore {
             if group.len() != idx.len() {
                 return Err(StoreError::Protocol("a charge for other limits".into()));
             }
-            self.refund(&group, reply, units).await
+            self.refund(&group, reply, |_| units).await
         });
         tokio::time::timeout(self.timeout, join_all(refunds))
             .await

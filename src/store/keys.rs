@@ -282,7 +282,12 @@ pub fn route_key(prefix: &str, route_tag: &str, code: &str) -> String {
 /// descriptor of one domain (and so of one request) is on one cluster slot;
 /// `descriptor_hash` is [`hash_identity`]`("rls", descriptor)`, `code`
 /// from [`limit_code`] without a tier.
-pub fn descriptor_key(prefix: &str, domain_hash: &str, descriptor_hash: &str, code: &str) -> String {
+pub fn descriptor_key(
+    prefix: &str,
+    domain_hash: &str,
+    descriptor_hash: &str,
+    code: &str,
+) -> String {
     let mut out = String::with_capacity(prefix.len() + 3 * HASH_HEX);
     out.push_str(prefix);
     out.push_str(":{rls:");

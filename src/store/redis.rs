@@ -20,7 +20,7 @@ use parking_lot::RwLock;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::script::{self, ReloadCounter, Scripts};
-use super::{Batch, Charge, Item, Store, StoreDecision, StoreError, uncharge};
+use super::{Batch, Charge, Item, Store, StoreDecision, StoreError};
 use crate::algorithm::Algorithm;
 use crate::policy::StoreSettings;
 

@@ -44,9 +44,9 @@ mod fleet;
 pub mod lease;
 mod memory_view;
 pub mod metrics;
-pub mod rls;
 #[cfg(feature = "redis-store")]
 mod redis_sink;
+pub mod rls;
 mod series;
 mod sharded;
 mod topk;

@@ -79,7 +79,7 @@ pub(super) fn route(t: &Table<'_>) -> Result<RouteRule> {
     Ok(route)
 }
 
-fn limits(t: &Table<'_>) -> Result<Vec<Limit>> {
+pub(super) fn limits(t: &Table<'_>) -> Result<Vec<Limit>> {
     t.tables("limits")?.iter().map(limit).collect()
 }
 

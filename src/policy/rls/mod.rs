@@ -7,8 +7,10 @@
 //! files while the policy is loaded.
 
 mod domain;
+mod envoy;
 mod rule;
 mod settings;
+mod yaml;
 
 pub use domain::{Domain, DomainSet};
 pub use rule::{DescriptorRule, RlsUnit};

@@ -16,6 +16,8 @@ pub enum RlsUnit {
     Hour,
     /// One day (UTC).
     Day,
+    /// Seven days (Envoy's `WEEK`).
+    Week,
     /// 30 days, as envoyproxy/ratelimit counts a month.
     Month,
     /// 365 days, as envoyproxy/ratelimit counts a year.
@@ -24,11 +26,12 @@ pub enum RlsUnit {
 
 impl RlsUnit {
     /// The YAML spellings (lower case, as envoyproxy/ratelimit writes them).
-    pub const CHOICES: [(&'static str, RlsUnit); 6] = [
+    pub const CHOICES: [(&'static str, RlsUnit); 7] = [
         ("second", RlsUnit::Second),
         ("minute", RlsUnit::Minute),
         ("hour", RlsUnit::Hour),
         ("day", RlsUnit::Day),
+        ("week", RlsUnit::Week),
         ("month", RlsUnit::Month),
         ("year", RlsUnit::Year),
     ];
@@ -40,9 +43,32 @@ impl RlsUnit {
             RlsUnit::Minute => 60,
             RlsUnit::Hour => 3_600,
             RlsUnit::Day => 86_400,
+            RlsUnit::Week => 86_400 * 7,
             RlsUnit::Month => 86_400 * 30,
             RlsUnit::Year => 86_400 * 365,
         }
+    }
+
+    /// The number of `envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit`.
+    pub fn to_proto(self) -> i32 {
+        match self {
+            RlsUnit::Second => 1,
+            RlsUnit::Minute => 2,
+            RlsUnit::Hour => 3,
+            RlsUnit::Day => 4,
+            RlsUnit::Month => 5,
+            RlsUnit::Year => 6,
+            RlsUnit::Week => 7,
+        }
+    }
+
+    /// The unit of a proto number; `None` for `UNKNOWN` (0) and numbers
+    /// this version does not know.
+    pub fn from_proto(n: i32) -> Option<Self> {
+        Self::CHOICES
+            .iter()
+            .map(|&(_, u)| u)
+            .find(|u| u.to_proto() == n)
     }
 
     /// The lower-case spelling.
@@ -52,6 +78,7 @@ impl RlsUnit {
             RlsUnit::Minute => "minute",
             RlsUnit::Hour => "hour",
             RlsUnit::Day => "day",
+            RlsUnit::Week => "week",
             RlsUnit::Month => "month",
             RlsUnit::Year => "year",
         }

@@ -1,0 +1,262 @@
+//! `[rls]`: the decision service's settings, its envoyproxy/ratelimit YAML
+//! files and its native `[[rls.domains]]`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use toml::Spanned;
+use toml::de::DeTable;
+
+use super::ConfigError;
+use super::reader::{Result, Source, Table};
+use super::rules::limits;
+use crate::algorithm::Algorithm;
+use crate::policy::rls::{DescriptorRule, Domain, DomainSet, RlsFailure, RlsSettings, RlsUnit};
+use crate::policy::{FailurePolicy, LeaseMode, Limit};
+
+/// Keys of `[rls]`.
+const RLS_KEYS: [&str; 4] = ["envoy_configs", "on_store_failure", "token", "domains"];
+/// Keys of one `[[rls.domains]]`.
+const DOMAIN_KEYS: [&str; 2] = ["name", "rules"];
+/// Keys of one `[[rls.domains.rules]]`.
+const RULE_KEYS: [&str; 11] = [
+    "descriptor",
+    "name",
+    "limits",
+    "tier_from",
+    "cost",
+    "on_store_failure",
+    "mode",
+    "shadow",
+    "unlimited",
+    "replaces",
+    "detailed_metric",
+];
+
+/// What the section needs from the rest of the policy.
+pub(super) struct Context<'a> {
+    pub(super) src: Source<'a>,
+    pub(super) doc: &'a Spanned<DeTable<'a>>,
+    /// The policy file, to resolve `envoy_configs` against its directory.
+    pub(super) file: Option<&'a str>,
+    /// `[resilience] on_store_failure`, the default.
+    pub(super) on_store_failure: FailurePolicy,
+    /// Whether the policy has `[[tiers]]` (`tier_from` resolves to them).
+    pub(super) has_tiers: bool,
+}
+
+/// Reads `[rls]`, loading every YAML file it names.
+pub(super) fn rls(t: Option<Table<'_>>, cx: &Context<'_>) -> Result<RlsSettings> {
+    let mut out = RlsSettings {
+        on_store_failure: RlsFailure::from_policy(cx.on_store_failure),
+        ..RlsSettings::default()
+    };
+    let Some(t) = t else { return Ok(out) };
+    t.only(&RLS_KEYS, "[rls]")?;
+    if let Some(f) = t.choice("on_store_failure", &RlsFailure::CHOICES)? {
+        out.on_store_failure = f;
+    }
+    if let Some(token) = t.str("token")? {
+        if token.len() < 16 {
+            return Err(t.error_at(
+                "token",
+                "must be at least 16 characters: it is the only thing between the network and the decision endpoints",
+            ));
+        }
+        out.token = Some(token.to_owned());
+    }
+    let base = cx
+        .file
+        .map(Path::new)
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let mut domains = DomainSet::default();
+    for item in t.items("envoy_configs", "a list of YAML file paths")? {
+        let rel = item.as_str()?;
+        if rel.is_empty() {
+            return Err(item.error("must be a path to an envoyproxy/ratelimit YAML file"));
+        }
+        let path: PathBuf = base.join(rel);
+        let domain = Domain::from_envoy_yaml_file(&path).map_err(|e| match e {
+            ConfigError::Io { file, source } => {
+                item.error(format!("names {file}, which cannot be read: {source}"))
+            }
+            other => other,
+        })?;
+        if let Err(d) = domains.insert(domain) {
+            return Err(item.error(format!(
+                "loads domain \"{}\" a second time; each domain must come from one file",
+                d.name
+            )));
+        }
+        out.envoy_configs.push(path);
+    }
+    for d in t.tables("domains")? {
+        let domain = native_domain(&d, cx)?;
+        if let Err(dup) = domains.insert(domain) {
+            return Err(d.error_at(
+                "name",
+                format!(
+                    "repeats domain \"{}\", already defined (here or in an envoy_configs file)",
+                    dup.name
+                ),
+            ));
+        }
+    }
+    out.domains = domains;
+    Ok(out)
+}
+
+/// One `[[rls.domains]]`.
+fn native_domain(t: &Table<'_>, cx: &Context<'_>) -> Result<Domain> {
+    t.only(&DOMAIN_KEYS, "an rls domain")?;
+    let name = t.required_str("name", "the domain requests name, like \"api\"")?;
+    if name.is_empty() {
+        return Err(t.error_at("name", "must not be empty"));
+    }
+    let mut domain = Domain::new(name);
+    for r in t.tables("rules")? {
+        let (path, rule) = native_rule(&r, cx)?;
+        let borrowed: Vec<(&str, Option<&str>)> = path
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_deref()))
+            .collect();
+        if domain.insert(&borrowed, rule).is_err() {
+            return Err(r.error_at(
+                "descriptor",
+                "repeats the descriptor of an earlier rule of this domain; one rule per descriptor",
+            ));
+        }
+    }
+    Ok(domain)
+}
+
+/// One `[[rls.domains.rules]]`: the descriptor it matches and its rule.
+#[allow(clippy::type_complexity)]
+fn native_rule(
+    t: &Table<'_>,
+    cx: &Context<'_>,
+) -> Result<(Vec<(String, Option<String>)>, DescriptorRule)> {
+    t.only(&RULE_KEYS, "an rls rule")?;
+    let entries = t.items("descriptor", "a list of \"key\" or \"key=value\" strings")?;
+    if entries.is_empty() {
+        return Err(t.missing(
+            "descriptor",
+            "is required: the entries the rule matches, like [\"remote_address\"] or [\"generic_key=export\", \"remote_address\"]",
+        ));
+    }
+    let mut path = Vec::new();
+    for e in &entries {
+        let s = e.as_str()?;
+        let (key, value) = match s.split_once('=') {
+            Some((k, v)) => (k, Some(v.to_owned()).filter(|v| !v.is_empty())),
+            None => (s, None),
+        };
+        if key.is_empty() {
+            return Err(e.error(
+                "needs a key before any `=`, like \"remote_address\" or \"generic_key=export\"",
+            ));
+        }
+        path.push((key.to_owned(), value));
+    }
+    let label_path = path
+        .iter()
+        .map(|(k, v)| match v {
+            Some(v) => format!("{k}_{v}"),
+            None => k.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(".");
+    let name = t.str("name")?.filter(|n| !n.is_empty());
+    let unlimited = t.bool("unlimited")?.unwrap_or(false);
+    let limits: Vec<Limit> = limits(t)?;
+    let tier = match t.str("tier_from")? {
+        None => None,
+        Some(k) if path.iter().any(|(key, _)| key == k) => {
+            if !cx.has_tiers {
+                return Err(t.error_at(
+                    "tier_from",
+                    "resolves a descriptor value to a tier, but the policy has no [[tiers]]",
+                ));
+            }
+            Some(Arc::<str>::from(k))
+        }
+        Some(k) => {
+            return Err(t.error_at(
+                "tier_from",
+                format!(
+                    "names key \"{k}\", which is not in this rule's descriptor ({})",
+                    path.iter()
+                        .map(|(k, _)| k.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+    };
+    if unlimited && (!limits.is_empty() || tier.is_some()) {
+        return Err(t.error_at(
+            "unlimited",
+            "is true, so the rule may have neither `limits` nor `tier_from`",
+        ));
+    }
+    if !unlimited && limits.is_empty() && tier.is_none() {
+        return Err(t.missing(
+            "limits",
+            "are required: give the rule limits, a `tier_from` key, or `unlimited = true`",
+        ));
+    }
+    let cost = t.uint("cost", 1, u64::MAX)?;
+    let mut replaces = Vec::new();
+    for item in t.items("replaces", "a list of rule names")? {
+        let n = item.as_str()?;
+        if n.is_empty() {
+            return Err(item.error("must name the rule this one replaces"));
+        }
+        if Some(n) == name {
+            return Err(item.error(format!(
+                "names this rule itself (\"{n}\"); a rule cannot replace itself"
+            )));
+        }
+        replaces.push(Arc::<str>::from(n));
+    }
+    let at = t.field("limits");
+    crate::policy::builder::check_limits(&limits, &at, cost.unwrap_or(1)).map_err(
+        |(field, message)| {
+            let message = super::after_field(&field, &message);
+            cx.src.error(cx.src.locate(cx.doc, &field), field, message)
+        },
+    )?;
+    let unit = limits.first().and_then(|l| unit_of(&l.algorithm));
+    let rule = DescriptorRule {
+        label: name.unwrap_or(&label_path).into(),
+        name: name.map(Into::into),
+        limits,
+        unlimited,
+        shadow: t.bool("shadow")?.unwrap_or(false),
+        replaces,
+        unit,
+        tier,
+        cost,
+        on_store_failure: t.choice("on_store_failure", &RlsFailure::CHOICES)?,
+        mode: t.choice("mode", &LeaseMode::CHOICES)?,
+        detailed_metric: t.bool("detailed_metric")?.unwrap_or(false),
+    };
+    Ok((path, rule))
+}
+
+/// The Envoy unit a window limit counts per, when its window is exactly
+/// one unit long.
+fn unit_of(a: &Algorithm) -> Option<RlsUnit> {
+    let window_us = match *a {
+        Algorithm::FixedWindow { window_us, .. }
+        | Algorithm::SlidingWindow { window_us, .. }
+        | Algorithm::SlidingLog { window_us, .. } => window_us,
+        _ => return None,
+    };
+    RlsUnit::CHOICES
+        .iter()
+        .map(|&(_, u)| u)
+        .find(|u| u.seconds() * 1_000_000 == window_us)
+}

@@ -1,0 +1,418 @@
+//! The rate limit service over real gRPC: a tonic client with ratewatch's
+//! wire messages, over a real socket, against `ratewatch serve
+//! --grpc-listen` and the library server, on the memory store, a real
+//! Redis (killed and frozen) and a real Redis Cluster.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ratewatch::Limiter;
+use ratewatch::service::grpc::ProstCodec;
+use ratewatch::service::proto::{
+    Code, Entry, HealthCheckRequest, HealthCheckResponse, RateLimitDescriptor, RateLimitRequest,
+    RateLimitResponse, ServingStatus, UInt64Value, Unit,
+};
+use ratewatch::service::{RateLimitService, serve};
+use support::{Ratewatch, RedisCluster, RedisServer, free_port};
+use tonic::transport::Channel;
+
+const EDGE_YAML: &str = r#"
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+  - key: tight
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1
+  - key: shadow
+    shadow_mode: true
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1
+  - key: free
+    rate_limit:
+      unlimited: true
+"#;
+
+/// A policy directory: `ratewatch.toml` (store `store`, `[rls]
+/// on_store_failure = failure`) beside `edge.yaml`.
+fn policy_dir(store: &str, failure: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("edge.yaml"), EDGE_YAML).expect("yaml");
+    let toml = format!(
+        r#"
+{store}
+
+[resilience]
+breaker = {{ failures = 3, open_ms = 60000 }}
+expected_instances = 3
+
+[rls]
+envoy_configs = ["edge.yaml"]
+on_store_failure = "{failure}"
+"#
+    );
+    std::fs::write(dir.path().join("ratewatch.toml"), toml).expect("toml");
+    dir
+}
+
+fn redis_store(url: &str) -> String {
+    format!("[store]\nkind = \"redis\"\nurl = \"{url}\"\ntimeout_ms = 50\n")
+}
+
+/// Serves the library's gRPC service for the policy in `dir` on a free
+/// port; the task ends with the test's runtime.
+async fn library_server(dir: &Path) -> (Limiter, Channel) {
+    let limiter = Limiter::from_config_file(dir.join("ratewatch.toml"))
+        .await
+        .expect("limiter");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let service = RateLimitService::new(limiter.clone());
+    tokio::spawn(serve(service, listener, std::future::pending()));
+    (limiter, channel(&addr.to_string()).await)
+}
+
+async fn channel(addr: &str) -> Channel {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect_timeout(Duration::from_secs(5));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match endpoint.connect().await {
+            Ok(c) => return c,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "no gRPC server at {addr}: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn ask(
+    channel: &Channel,
+    request: RateLimitRequest,
+) -> Result<RateLimitResponse, tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.expect("channel ready");
+    grpc.unary(
+        tonic::Request::new(request),
+        http::uri::PathAndQuery::from_static(
+            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        ),
+        ProstCodec::<RateLimitRequest, RateLimitResponse>::default(),
+    )
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+async fn health(channel: &Channel, service: &str) -> Result<i32, tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.expect("channel ready");
+    grpc.unary(
+        tonic::Request::new(HealthCheckRequest {
+            service: service.into(),
+        }),
+        http::uri::PathAndQuery::from_static("/grpc.health.v1.Health/Check"),
+        ProstCodec::<HealthCheckRequest, HealthCheckResponse>::default(),
+    )
+    .await
+    .map(|r| r.into_inner().status)
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect(),
+        limit: None,
+        hits_addend: None,
+    }
+}
+
+fn request(descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "edge".into(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+const OK: i32 = Code::Ok as i32;
+const OVER: i32 = Code::OverLimit as i32;
+
+/// The decision rules every store must answer alike.
+async fn decides_like_envoyproxy_ratelimit_but_all_or_nothing(c: &Channel, tag: &str) {
+    let addr = format!("10.0.0.{tag}");
+    // Statuses: one per descriptor, in request order, each with its limit.
+    let r = ask(
+        c,
+        request(vec![
+            descriptor(&[("free", "x")]),
+            descriptor(&[("remote_address", &addr)]),
+            descriptor(&[("nobody", "configured")]),
+            descriptor(&[("tight", &addr)]),
+        ]),
+    )
+    .await
+    .expect("answer");
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(r.statuses.len(), 4);
+    assert!(r.statuses.iter().all(|s| s.code == OK));
+    assert_eq!(r.statuses[0].current_limit, None, "unlimited has no limit");
+    assert_eq!(r.statuses[2].current_limit, None, "no rule matched");
+    let ra = r.statuses[1].current_limit.as_ref().expect("a limit");
+    assert_eq!((ra.requests_per_unit, ra.unit), (3, Unit::Minute as i32));
+    assert_eq!(r.statuses[1].limit_remaining, 2);
+    let reset = r.statuses[1].duration_until_reset.expect("a reset");
+    assert!((1..=60).contains(&reset.seconds), "{reset:?}");
+    let tight = r.statuses[3].current_limit.as_ref().expect("a limit");
+    assert_eq!(
+        (tight.requests_per_unit, tight.unit),
+        (1, Unit::Hour as i32)
+    );
+    assert_eq!(r.statuses[3].limit_remaining, 0);
+    assert!(
+        r.response_headers_to_add
+            .iter()
+            .any(|h| h.key == "RateLimit-Policy" && h.value.contains("q=3;w=60")),
+        "{:?}",
+        r.response_headers_to_add
+    );
+
+    // The tight descriptor refuses: the whole request is OVER_LIMIT and
+    // the remote_address counter is NOT charged.
+    let r = ask(
+        c,
+        request(vec![
+            descriptor(&[("remote_address", &addr)]),
+            descriptor(&[("tight", &addr)]),
+        ]),
+    )
+    .await
+    .expect("answer");
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(r.statuses[0].code, OK);
+    assert_eq!(r.statuses[1].code, OVER);
+    // 2 left, as before the refused request.
+    assert_eq!(r.statuses[0].limit_remaining, 2);
+    for left in [1, 0] {
+        let r = ask(c, request(vec![descriptor(&[("remote_address", &addr)])]))
+            .await
+            .expect("answer");
+        assert_eq!(r.overall_code, OK, "a refused request charged nothing");
+        assert_eq!(r.statuses[0].limit_remaining, left);
+    }
+    let r = ask(c, request(vec![descriptor(&[("remote_address", &addr)])]))
+        .await
+        .expect("answer");
+    assert_eq!(r.overall_code, OVER);
+
+    // An explicit hits_addend of 0 checks without charging; a shadow rule
+    // over its limit answers OK.
+    let mut check = descriptor(&[("remote_address", &format!("{addr}9"))]);
+    check.hits_addend = Some(UInt64Value { value: 0 });
+    for _ in 0..5 {
+        let r = ask(c, request(vec![check.clone()])).await.expect("answer");
+        assert_eq!(r.overall_code, OK);
+        assert_eq!(r.statuses[0].limit_remaining, 3);
+    }
+    for _ in 0..3 {
+        let r = ask(c, request(vec![descriptor(&[("shadow", &addr)])]))
+            .await
+            .expect("answer");
+        assert_eq!(r.overall_code, OK);
+        assert_eq!(r.statuses[0].code, OK);
+    }
+
+    // A request-level hits_addend charges every descriptor that much.
+    let mut heavy = request(vec![descriptor(&[("remote_address", &format!("{addr}8"))])]);
+    heavy.hits_addend = 3;
+    assert_eq!(
+        ask(c, heavy.clone()).await.expect("answer").overall_code,
+        OK
+    );
+    assert_eq!(ask(c, heavy).await.expect("answer").overall_code, OVER);
+
+    // An unknown domain is OK, with a status per descriptor.
+    let mut other = request(vec![descriptor(&[("a", "b")]), descriptor(&[("c", "d")])]);
+    other.domain = "nobody-knows".into();
+    let r = ask(c, other).await.expect("answer");
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(r.statuses.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_serves_grpc_decisions_and_health_on_the_memory_store() {
+    let dir = policy_dir("", "open");
+    let grpc_port = free_port();
+    let grpc_addr = format!("127.0.0.1:{grpc_port}");
+    let _rw = Ratewatch::start(
+        "serve",
+        Some(&dir.path().join("ratewatch.toml")),
+        &[("RATEWATCH_GRPC_LISTEN", &grpc_addr)],
+    );
+    let c = channel(&grpc_addr).await;
+    assert_eq!(health(&c, "").await.unwrap(), ServingStatus::Serving as i32);
+    assert_eq!(
+        health(&c, "envoy.service.ratelimit.v3.RateLimitService")
+            .await
+            .unwrap(),
+        ServingStatus::Serving as i32
+    );
+    assert_eq!(
+        health(&c, "nope").await.unwrap_err().code(),
+        tonic::Code::NotFound
+    );
+    decides_like_envoyproxy_ratelimit_but_all_or_nothing(&c, "1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_redis_decides_the_same_in_one_script_call() {
+    let redis = RedisServer::start();
+    let dir = policy_dir(&redis_store(&redis.url()), "open");
+    let (_limiter, c) = library_server(dir.path()).await;
+    decides_like_envoyproxy_ratelimit_but_all_or_nothing(&c, "2").await;
+    // Four descriptors, one EVALSHA.
+    let before = redis.command_calls("evalsha");
+    let r = ask(
+        &c,
+        request(vec![
+            descriptor(&[("remote_address", "192.0.2.1")]),
+            descriptor(&[("remote_address", "192.0.2.2")]),
+            descriptor(&[("tight", "192.0.2.3")]),
+            descriptor(&[("shadow", "192.0.2.3")]),
+        ]),
+    )
+    .await
+    .expect("answer");
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(redis.command_calls("evalsha") - before, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_decides_every_descriptor_of_a_request_on_one_slot() {
+    let cluster = RedisCluster::start();
+    let nodes = cluster
+        .urls()
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let store = format!("[store]\nkind = \"redis-cluster\"\nnodes = [{nodes}]\ntimeout_ms = 200\n");
+    let dir = policy_dir(&store, "open");
+    let (_limiter, c) = library_server(dir.path()).await;
+    decides_like_envoyproxy_ratelimit_but_all_or_nothing(&c, "3").await;
+    for i in 0..5 {
+        let before = cluster.command_calls("evalsha");
+        let r = ask(
+            &c,
+            request(vec![
+                descriptor(&[("remote_address", &format!("198.51.100.{i}"))]),
+                descriptor(&[("remote_address", &format!("203.0.113.{i}"))]),
+                descriptor(&[("tight", &format!("t{i}"))]),
+            ]),
+        )
+        .await
+        .expect("answer");
+        assert_eq!(r.overall_code, OK);
+        assert_eq!(
+            cluster.command_calls("evalsha") - before,
+            1,
+            "one script on one slot for the whole request"
+        );
+    }
+}
+
+/// Asks 20 times while Redis is unreachable; every answer comes within
+/// the store timeout (50 ms) + 100 ms and is what `check` says.
+async fn answers_within_bound(
+    c: &Channel,
+    check: impl Fn(Result<RateLimitResponse, tonic::Status>),
+) {
+    let bound = Duration::from_millis(50 + 100);
+    for i in 0..20 {
+        let started = Instant::now();
+        let answer = ask(
+            c,
+            request(vec![descriptor(&[("remote_address", &format!("a{i}"))])]),
+        )
+        .await;
+        let took = started.elapsed();
+        assert!(took < bound, "answer {i} took {took:?}");
+        check(answer);
+    }
+}
+
+async fn under_failure(
+    failure: &str,
+    check: impl Fn(Result<RateLimitResponse, tonic::Status>) + Copy,
+) {
+    let mut redis = RedisServer::start();
+    let dir = policy_dir(&redis_store(&redis.url()), failure);
+    let (_limiter, c) = library_server(dir.path()).await;
+    let r = ask(&c, request(vec![descriptor(&[("remote_address", "warm")])]))
+        .await
+        .expect("answer");
+    assert_eq!(r.overall_code, OK);
+    // Frozen: every call waits the timeout until the breaker opens.
+    redis.pause();
+    answers_within_bound(&c, check).await;
+    redis.resume();
+    // Killed: refused connections, then the open breaker.
+    redis.kill();
+    answers_within_bound(&c, check).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_answers_ok_while_redis_is_frozen_or_killed() {
+    under_failure("open", |a| {
+        let r = a.expect("an answer");
+        assert_eq!(r.overall_code, OK);
+        assert_eq!(r.statuses.len(), 1);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_answers_over_limit_while_redis_is_frozen_or_killed() {
+    under_failure("closed", |a| {
+        let r = a.expect("an answer");
+        assert_eq!(r.overall_code, OVER);
+        assert_eq!(r.statuses[0].code, OVER);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unavailable_answers_grpc_unavailable_while_redis_is_frozen_or_killed() {
+    under_failure("unavailable", |a| {
+        assert_eq!(a.expect_err("no answer").code(), tonic::Code::Unavailable);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_decides_in_process_while_redis_is_killed() {
+    let mut redis = RedisServer::start();
+    let dir = policy_dir(&redis_store(&redis.url()), "local");
+    let (_limiter, c) = library_server(dir.path()).await;
+    redis.kill();
+    // The local share of 3 per minute over 3 expected instances is 1.
+    let one = || request(vec![descriptor(&[("remote_address", "local")])]);
+    let first = ask(&c, one()).await.expect("answer");
+    assert_eq!(first.overall_code, OK);
+    let second = ask(&c, one()).await.expect("answer");
+    assert_eq!(second.overall_code, OVER);
+}
