@@ -252,7 +252,7 @@ fn native_rule_errors_name_the_line_and_field() {
             format!(
                 "{TIERS}\n[[rls.domains]]\nname = \"api\"\n[[rls.domains.rules]]\ndescriptor = [\"user\"]\ntier_from = \"api_key\"\n"
             ),
-            15,
+            14,
             "rls.domains[0].rules[0].tier_from",
         ),
         // Limits are checked as those of tiers are.
@@ -289,6 +289,11 @@ fn native_rule_errors_name_the_line_and_field() {
             "rls.envoy_config",
         ),
         (
+            "[[rls.domains]]\nname = \"api\"\n[[rls.domains.rules]]\ndescriptor = [\"user\"]\nlimits = [\n  { name = \"b\", algorithm = \"gcra\", rate_per_second = 1.0, burst = 5, scope = \"ip\" },\n]\n".to_owned(),
+            6,
+            "rls.domains[0].rules[0].limits[0].scope",
+        ),
+        (
             "[rls]\ntoken = \"short\"\n".to_owned(),
             2,
             "rls.token",
@@ -304,4 +309,40 @@ fn native_rule_errors_name_the_line_and_field() {
             "case {i}: {err}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_limiter_reload_takes_a_changed_yaml_and_keeps_the_old_policy_on_a_broken_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = write(dir.path(), "edge.yaml", EDGE);
+    let policy = write(
+        dir.path(),
+        "ratewatch.toml",
+        &format!("{TIERS}\n[rls]\nenvoy_configs = [\"edge.yaml\"]\n"),
+    );
+    let limiter = ratewatch::Limiter::from_config_file(&policy).await.unwrap();
+    let quota = |l: &ratewatch::Limiter| {
+        l.policy()
+            .rls
+            .domains
+            .domain("edge")
+            .unwrap()
+            .find(&[("remote_address", "x")])
+            .unwrap()
+            .limits[0]
+            .algorithm
+            .max_cost()
+    };
+    assert_eq!(quota(&limiter), 60);
+    std::fs::write(
+        &yaml,
+        EDGE.replace("requests_per_unit: 60", "requests_per_unit: 6"),
+    )
+    .unwrap();
+    limiter.reload().unwrap();
+    assert_eq!(quota(&limiter), 6);
+    std::fs::write(&yaml, EDGE.replace("unit: minute", "unit: eon")).unwrap();
+    let err = limiter.reload().unwrap_err();
+    assert!(err.to_string().contains("edge.yaml:6:"), "{err}");
+    assert_eq!(quota(&limiter), 6, "the running policy stays");
 }

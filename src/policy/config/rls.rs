@@ -12,7 +12,7 @@ use super::reader::{Result, Source, Table};
 use super::rules::limits;
 use crate::algorithm::Algorithm;
 use crate::policy::rls::{DescriptorRule, Domain, DomainSet, RlsFailure, RlsSettings, RlsUnit};
-use crate::policy::{FailurePolicy, LeaseMode, Limit};
+use crate::policy::{FailurePolicy, LeaseMode, Limit, Scope};
 
 /// Keys of `[rls]`.
 const RLS_KEYS: [&str; 4] = ["envoy_configs", "on_store_failure", "token", "domains"];
@@ -220,6 +220,14 @@ fn native_rule(
             )));
         }
         replaces.push(Arc::<str>::from(n));
+    }
+    if let Some(i) = limits.iter().position(|l| l.scope != Scope::Identity) {
+        let field = format!("{}[{i}].scope", t.field("limits"));
+        return Err(cx.src.error(
+            cx.src.locate(cx.doc, &field),
+            field,
+            "has no meaning in a descriptor rule: the request's descriptor values are what one counter counts; remove it",
+        ));
     }
     let at = t.field("limits");
     crate::policy::builder::check_limits(&limits, &at, cost.unwrap_or(1)).map_err(

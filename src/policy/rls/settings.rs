@@ -50,7 +50,10 @@ impl RlsFailure {
 }
 
 /// `[rls]` of a policy, with every domain loaded (YAML and native).
-#[derive(Debug, Clone, PartialEq, Default)]
+///
+/// Its `Debug` output hides the token: policies are printed to logs and
+/// hashed into a metric label (the policy version's hash).
+#[derive(Clone, PartialEq, Default)]
 pub struct RlsSettings {
     /// Every domain, by name.
     pub domains: DomainSet,
@@ -63,4 +66,31 @@ pub struct RlsSettings {
     /// file's directory: part of the policy, so a reload re-reads them and
     /// a follower watches them.
     pub envoy_configs: Vec<PathBuf>,
+}
+
+impl std::fmt::Debug for RlsSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RlsSettings")
+            .field("domains", &self.domains)
+            .field("on_store_failure", &self.on_store_failure)
+            .field("token", &self.token.as_ref().map(|_| "<hidden>"))
+            .field("envoy_configs", &self.envoy_configs)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_never_shows_the_token() {
+        let s = RlsSettings {
+            token: Some("s3cret-token-of-the-edge".into()),
+            ..RlsSettings::default()
+        };
+        let text = format!("{s:?}");
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(text.contains("<hidden>"), "{text}");
+    }
 }
