@@ -360,17 +360,42 @@ impl Drop for Envoy {
     }
 }
 
-/// `GET path` on Envoy's admin port over HTTP/1.0: the body, or `None`
-/// when it does not answer.
+/// `GET path` on Envoy's admin port over HTTP/1.1 (Envoy refuses 1.0
+/// unless told otherwise), closing after it: the body, or `None` when it
+/// does not answer.
 fn admin_get(port: u16, path: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     let (head, body) = out.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.").then(|| body.to_owned())
+    if !head.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    // The admin answers chunked: join the chunks.
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut joined = String::new();
+        let mut rest = body;
+        while let Some((size, tail)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).ok()?;
+            if n == 0 || tail.len() < n {
+                break;
+            }
+            joined.push_str(&tail[..n]);
+            rest = tail[n..].strip_prefix("\r\n").unwrap_or(&tail[n..]);
+        }
+        return Some(joined);
+    }
+    Some(body.to_owned())
 }
 
 /// A policy directory: `ratewatch.toml` (`toml`, which names
