@@ -235,6 +235,12 @@ pub struct EnvoyExtras {
     pub rls_cpu_us: f64,
 }
 
+/// wrk's connections and threads through Envoy: few, so the run measures
+/// the latency the RLS call adds to a request rather than a saturated
+/// queue (the throughput of deciding is the gRPC rows').
+pub const ENVOY_CONNECTIONS: u32 = 4;
+pub const ENVOY_WRK_THREADS: u32 = 1;
+
 /// wrk through an Envoy in front of `rls` (or Envoy alone when `None`).
 pub fn through_envoy(
     rls: Option<&RlsServer>,
@@ -277,7 +283,7 @@ pub fn round(o: &crate::Options, redis_url: &str, round: usize, r: &mut crate::R
     }
     let alone = |r: &mut crate::Results| {
         if envoy {
-            let (run, extras) = through_envoy(None, o.secs, o.connections, o.wrk_threads);
+            let (run, extras) = through_envoy(None, o.secs, ENVOY_CONNECTIONS, ENVOY_WRK_THREADS);
             eprintln!(
                 "bench: round {} envoy alone                {:>9.0} req/s p50 {:.3} ms p99 {:.3} ms",
                 round + 1,
@@ -317,7 +323,8 @@ pub fn round(o: &crate::Options, redis_url: &str, round: usize, r: &mut crate::R
         );
         r.rls_grpc.entry(store).or_default().push(run);
         if envoy {
-            let (run, extras) = through_envoy(Some(&server), o.secs, o.connections, o.wrk_threads);
+            let (run, extras) =
+                through_envoy(Some(&server), o.secs, ENVOY_CONNECTIONS, ENVOY_WRK_THREADS);
             eprintln!(
                 "bench: round {} envoy + rls {:<14} {:>9.0} req/s p50 {:.3} ms p99 {:.3} ms {:.2} µs RLS CPU/req ({} RLS errors)",
                 round + 1,
@@ -460,9 +467,10 @@ pub fn render(w: &mut String, o: &crate::Options, r: &crate::Results) {
          `--concurrency 1`; the configuration of `tests/envoy.rs`) whose route forwards to a second \
          listener of the same Envoy answering itself; alone, and with the ratelimit filter asking \
          ratewatch (two descriptors per request, one limited) at Envoy's default RLS timeout of 20 ms, \
-         `failure_mode_deny: false`. \"RLS errors\" are Envoy's `ratelimit.error` count (a late or \
-         failed answer that Envoy let through).\n",
-        o.wrk_threads, o.connections, o.secs
+         `failure_mode_deny: false`. Few connections: the rows measure the latency the RLS call adds \
+         to a request, not a saturated queue. \"RLS errors\" are Envoy's `ratelimit.error` count (a \
+         late or failed answer that Envoy let through).\n",
+        ENVOY_WRK_THREADS, ENVOY_CONNECTIONS, o.secs
     );
     let _ = writeln!(
         w,
