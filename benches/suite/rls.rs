@@ -370,12 +370,12 @@ fn per_core(runs: &[GrpcRun]) -> f64 {
     1e6 / median(runs.iter().map(|x| x.cpu_us).collect())
 }
 
-/// p99 through Envoy + ratewatch on Redis minus Envoy alone, ms (median
-/// of the per-round differences).
-fn added_p99(r: &crate::Results) -> f64 {
-    let with: Vec<f64> = envoy_runs(r, "redis").iter().map(|x| x.0.p99_ms).collect();
-    let alone: Vec<f64> = envoy_runs(r, "alone").iter().map(|x| x.0.p99_ms).collect();
-    median(with.iter().zip(&alone).map(|(a, b)| a - b).collect())
+/// A percentile through Envoy + ratewatch on `store` minus Envoy alone,
+/// ms: the difference of the medians over rounds.
+fn added(r: &crate::Results, store: &str, pick: fn(&HttpRun) -> f64) -> f64 {
+    let with: Vec<f64> = envoy_runs(r, store).iter().map(|x| pick(&x.0)).collect();
+    let alone: Vec<f64> = envoy_runs(r, "alone").iter().map(|x| pick(&x.0)).collect();
+    median(with) - median(alone)
 }
 
 /// The decision service's rows of the goals table.
@@ -391,11 +391,20 @@ pub fn goal_rows(w: &mut String, r: &crate::Results) {
         );
     }
     if !envoy_runs(r, "redis").is_empty() && !envoy_runs(r, "alone").is_empty() {
-        let d = added_p99(r);
+        let d = added(r, "redis", |x| x.p99_ms);
+        // Envoy alone slower at p99 than Envoy + ratewatch says the tail
+        // was the machine's, not either server's: no verdict from that.
         let _ = writeln!(
             w,
-            "| ratewatch RLS (Redis) adds < 0.5 ms p99 through Envoy on loopback | {d:+.3} ms | {} |",
-            if d < 0.5 { "met" } else { "**missed**" }
+            "| ratewatch RLS (Redis) adds < 0.5 ms p99 through Envoy on loopback | {d:+.3} ms (p50 {:+.3} ms) | {} |",
+            added(r, "redis", |x| x.p50_ms),
+            if d < 0.0 {
+                "not shown: Envoy alone had the worse tail (machine noise)"
+            } else if d < 0.5 {
+                "met"
+            } else {
+                "**missed**"
+            }
         );
     }
 }
@@ -474,9 +483,8 @@ pub fn render(w: &mut String, o: &crate::Options, r: &crate::Results) {
     );
     let _ = writeln!(
         w,
-        "| setup | req/s | p50 ms | p99 ms | p99 added | ratewatch CPU µs/req | RLS errors |\n|---|---|---|---|---|---|---|"
+        "| setup | req/s | p50 ms | p99 ms | p50 added | p99 added | ratewatch CPU µs/req | RLS errors |\n|---|---|---|---|---|---|---|---|"
     );
-    let alone_p99 = median(envoy_runs(r, "alone").iter().map(|x| x.0.p99_ms).collect());
     for (name, label) in [
         ("alone", "Envoy alone"),
         ("memory", "Envoy + ratewatch RLS, memory"),
@@ -489,13 +497,18 @@ pub fn render(w: &mut String, o: &crate::Options, r: &crate::Results) {
         let p99 = median(runs.iter().map(|x| x.0.p99_ms).collect());
         let _ = writeln!(
             w,
-            "| {label} | {:.0} | {:.3} | {p99:.3} | {} | {} | {} |",
+            "| {label} | {:.0} | {:.3} | {p99:.3} | {} | {} | {} | {} |",
             median(runs.iter().map(|x| x.0.rps).collect()),
             median(runs.iter().map(|x| x.0.p50_ms).collect()),
             if name == "alone" {
                 "".to_owned()
             } else {
-                format!("{:+.3} ms", p99 - alone_p99)
+                format!("{:+.3} ms", added(r, name, |x| x.p50_ms))
+            },
+            if name == "alone" {
+                "".to_owned()
+            } else {
+                format!("{:+.3} ms", added(r, name, |x| x.p99_ms))
             },
             if name == "alone" {
                 "".to_owned()
