@@ -77,8 +77,9 @@ pub use error::Error;
 pub use identity::{Identity, KeyExtractor, TierResolver};
 pub use layer::{RateLimit, RateLimitLayer};
 pub use limiter::{
-    Decision, DecisionPath, LimitReport, Limiter, LimiterBuilder, PolicySnapshot, PolicyStatus,
-    PolicyVersion, ReloadAttempt, ReloadError, ReloadOutcome, RouteMatch, Source,
+    Decision, DecisionPath, Group, GroupReport, Groups, GroupsDecision, GroupsFailure,
+    GroupsUnavailable, LimitReport, Limiter, LimiterBuilder, PolicySnapshot, PolicyStatus,
+    PolicyVersion, ReloadAttempt, ReloadError, ReloadOutcome, RouteMatch, Source, group_decision,
 };
 pub use policy::{Limit, Policy, RouteRule, Tier};
 pub use resilience::BreakerState;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The metrics ratewatch exports (DESIGN.md, "Telemetry").
-const METRICS: [&str; 19] = [
+const METRICS: [&str; 22] = [
     "ratewatch_decisions_total",
     "ratewatch_limit_exceeded_total",
     "ratewatch_fallbacks_total",
@@ -33,16 +33,20 @@ const METRICS: [&str; 19] = [
     "ratewatch_lease_transitions_total",
     "ratewatch_lease_renew_seconds",
     "ratewatch_lease_decisions_total",
+    "ratewatch_rls_decisions_total",
+    "ratewatch_rls_request_duration_seconds",
+    "ratewatch_rls_errors_total",
 ];
 
-const HISTOGRAMS: [&str; 2] = [
+const HISTOGRAMS: [&str; 3] = [
     "ratewatch_redis_rtt_seconds",
     "ratewatch_lease_renew_seconds",
+    "ratewatch_rls_request_duration_seconds",
 ];
 
 const DATASOURCE_UID: &str = "${datasource}";
 
-const ALERTS: [&str; 8] = [
+const ALERTS: [&str; 9] = [
     "RatewatchFailOpenRateHigh",
     "RatewatchBreakerOpen",
     "RatewatchRedisSlow",
@@ -51,6 +55,7 @@ const ALERTS: [&str; 8] = [
     "RatewatchFailClosedRefusing",
     "RatewatchHotShard",
     "RatewatchPolicyReloadFailed",
+    "RatewatchRlsErrors",
 ];
 
 fn dashboards_dir() -> PathBuf {
@@ -911,6 +916,52 @@ fn exposition(t: f64) -> String {
         "ratewatch_lease_renew_seconds_count {}\n",
         (40.0 * t).floor()
     ));
+    // The decision service: 100 descriptor decisions per second on one
+    // domain, 10 of them over limit; 1% of its requests fail.
+    family(
+        &mut s,
+        "ratewatch_rls_decisions_total",
+        "counter",
+        "Decision-service descriptor decisions, by domain, rule and outcome.",
+        &[
+            (
+                r#"domain="edge",rule="remote_address",outcome="ok""#,
+                90.0 * t,
+            ),
+            (
+                r#"domain="edge",rule="remote_address",outcome="over_limit""#,
+                10.0 * t,
+            ),
+        ],
+    );
+    family(
+        &mut s,
+        "ratewatch_rls_errors_total",
+        "counter",
+        "Decision-service requests answered with an error, by api and reason.",
+        &[(r#"api="grpc",reason="store_unavailable""#, t)],
+    );
+    s.push_str("# HELP ratewatch_rls_request_duration_seconds Decision-service request latency.\n");
+    s.push_str("# TYPE ratewatch_rls_request_duration_seconds histogram\n");
+    for (le, share) in [
+        ("0.0005", 0.5),
+        ("0.001", 0.9),
+        ("0.02", 0.999),
+        ("+Inf", 1.0),
+    ] {
+        s.push_str(&format!(
+            "ratewatch_rls_request_duration_seconds_bucket{{api=\"grpc\",le=\"{le}\"}} {}\n",
+            (share * 100.0 * t).floor()
+        ));
+    }
+    s.push_str(&format!(
+        "ratewatch_rls_request_duration_seconds_sum{{api=\"grpc\"}} {}\n",
+        0.0005 * 100.0 * t
+    ));
+    s.push_str(&format!(
+        "ratewatch_rls_request_duration_seconds_count{{api=\"grpc\"}} {}\n",
+        (100.0 * t).floor()
+    ));
     s
 }
 
@@ -1078,8 +1129,8 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_evaluates_every_ale
     assert_eq!(names, BTreeSet::from(ALERTS));
     assert_eq!(
         rules.len(),
-        9,
-        "two fail-open severities and seven other alerts"
+        10,
+        "two fail-open severities and eight other alerts"
     );
 
     // Every alert the exposition calls for is pending (none can have

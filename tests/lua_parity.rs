@@ -189,3 +189,59 @@ async fn a_clock_that_steps_back_gets_identical_verdicts_and_ttls_in_rust_and_in
     let server = RedisServer::start();
     assert_eq!(compare(&server, 0xbac_2026, true).await, 6 * 12 * 120);
 }
+
+/// Batches of several limits, each asked its own cost (0 checks without
+/// charging), as the decision service sends them: the memory store (the
+/// Rust algorithms) and the Lua script decide them alike, all or nothing,
+/// and a blocked batch charges nothing on either side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_item_costs_get_identical_verdicts_in_rust_and_in_lua() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let memory = ratewatch::store::MemoryStore::new();
+    let mut rng = StdRng::seed_from_u64(0x17e3_2026);
+    let mut blocked = 0;
+    for config in 0..24 {
+        let algorithms: Vec<Algorithm> = (0..rng.random_range(2..=4))
+            .map(|_| {
+                let kind = rng.random_range(0..6);
+                random_algorithm(&mut rng, kind)
+            })
+            .collect();
+        let base = SystemClock.now_us();
+        let real = std::time::Instant::now();
+        let mut offset = 0u64;
+        for step in 0..60 {
+            offset += random_gap(&mut rng, 200_000);
+            let now = base + offset + real.elapsed().as_micros() as u64;
+            let items: Vec<Item> = algorithms
+                .iter()
+                .enumerate()
+                .map(|(i, a)| {
+                    let cost = match rng.random_range(0..4) {
+                        0 => 0,
+                        _ => rng.random_range(1..=a.quota().min(3)),
+                    };
+                    Item::new(format!("rw:{{pi:{config}}}:{i}:{}", a.kind()), a.clone())
+                        .with_cost(cost)
+                })
+                .collect();
+            let batch = Batch::consume(&items, 1).at(now);
+            let want = memory.decide(&batch).await.expect("memory decides");
+            let got = redis.decide(&batch).await.expect("redis decides");
+            let context = format!("config {config} step {step}: {items:?}");
+            assert_eq!(want.allowed, got.allowed, "allowed: {context}");
+            blocked += usize::from(!want.allowed);
+            for (w, g) in want.verdicts.iter().zip(&got.verdicts) {
+                assert_eq!(w.allowed, g.allowed, "{context}");
+                assert_eq!(w.remaining.to_bits(), g.remaining.to_bits(), "{context}");
+                assert_eq!(w.reset_after_us, g.reset_after_us, "{context}");
+                assert_eq!(w.retry_after_us, g.retry_after_us, "{context}");
+            }
+        }
+    }
+    assert!(
+        blocked > 20,
+        "the sequences must reach refusals ({blocked})"
+    );
+}

@@ -346,3 +346,48 @@ async fn a_limiter_reload_takes_a_changed_yaml_and_keeps_the_old_policy_on_a_bro
     assert!(err.to_string().contains("edge.yaml:6:"), "{err}");
     assert_eq!(quota(&limiter), 6, "the running policy stays");
 }
+
+#[test]
+fn partition_shares_descriptor_quotas_like_every_other_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "edge.yaml", EDGE);
+    let policy = write(
+        dir.path(),
+        "ratewatch.toml",
+        "partition = 0.5\n\n[rls]\nenvoy_configs = [\"edge.yaml\"]\n",
+    );
+    let p = Policy::from_toml_file(&policy).unwrap();
+    let edge = p.rls.domains.domain("edge").unwrap();
+    let quota =
+        |entries: &[(&str, &str)]| edge.find(entries).unwrap().limits[0].algorithm.max_cost();
+    assert_eq!(quota(&[("remote_address", "x")]), 30);
+    assert_eq!(
+        quota(&[("header_match", "export"), ("remote_address", "x")]),
+        5
+    );
+}
+
+#[test]
+fn rules_built_in_code_are_validated_too() {
+    use ratewatch::policy::rls::{DescriptorRule, Domain, RlsSettings};
+    let mut domain = Domain::new("api");
+    let rule = DescriptorRule {
+        label: "user".into(),
+        name: None,
+        limits: vec![ratewatch::Limit::token_bucket("burst", 0, 1.0)],
+        unlimited: false,
+        shadow: false,
+        replaces: Vec::new(),
+        unit: None,
+        tier: None,
+        cost: None,
+        on_store_failure: None,
+        mode: None,
+        detailed_metric: false,
+    };
+    domain.insert(&[("user", None)], rule).unwrap();
+    let mut rls = RlsSettings::default();
+    rls.domains.insert(domain).unwrap();
+    let err = Policy::builder().rls(rls).build().unwrap_err();
+    assert_eq!(err.field(), Some("rls.domains.api.user.limits[0].capacity"));
+}

@@ -416,3 +416,36 @@ async fn local_decides_in_process_while_redis_is_killed() {
     let second = ask(&c, one()).await.expect("answer");
     assert_eq!(second.overall_code, OVER);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_deployment_decides_the_same_in_one_script_call_on_its_master() {
+    use support::sentinel::{MASTER_NAME, SentinelSet};
+    let set = tokio::task::spawn_blocking(SentinelSet::start)
+        .await
+        .expect("sentinels");
+    let sentinels = set
+        .urls()
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let store = format!(
+        "[store]\nkind = \"redis-sentinel\"\nmaster_name = \"{MASTER_NAME}\"\nsentinels = [{sentinels}]\ntimeout_ms = 200\n"
+    );
+    let dir = policy_dir(&store, "open");
+    let (limiter, c) = library_server(dir.path()).await;
+    assert_eq!(limiter.store().kind(), "redis-sentinel");
+    decides_like_envoyproxy_ratelimit_but_all_or_nothing(&c, "4").await;
+    let before = set.master.command_calls("evalsha");
+    let r = ask(
+        &c,
+        request(vec![
+            descriptor(&[("remote_address", "192.0.2.41")]),
+            descriptor(&[("tight", "192.0.2.41")]),
+        ]),
+    )
+    .await
+    .expect("answer");
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(set.master.command_calls("evalsha") - before, 1);
+}

@@ -34,6 +34,9 @@ pub struct Group<'a> {
     /// (within the call's tag). Hashed into keys; shown masked on the
     /// dashboard like API keys.
     pub identity: &'a str,
+    /// How the dashboard shows the group (masked, hashed or raw like an
+    /// API key, per `[telemetry] key_display`), such as `path=/api`.
+    pub shown: &'a str,
     /// The limits, decided together with every other group's.
     pub limits: &'a [Limit],
     /// Units asked of every limit of the group; 0 checks without charging.
@@ -333,7 +336,7 @@ impl Limiter {
                 .map(|l| l.name.clone())
                 .collect();
             let identity = if telemetry.keeps_identities() {
-                Identity::new(IdentityKind::Custom, group.identity)
+                Identity::new(IdentityKind::Custom, group.shown)
                     .display(policy.telemetry.key_display)
             } else {
                 String::new()

@@ -130,6 +130,14 @@ impl PolicyBuilder {
                 .iter_mut()
                 .flat_map(|r| r.limits.iter_mut())
                 .for_each(scale);
+            // Descriptor rules are quotas of this deployment too.
+            policy
+                .rls
+                .domains
+                .rules_mut()
+                .into_iter()
+                .flat_map(|(_, r)| r.limits.iter_mut())
+                .for_each(scale);
             validate(&policy).map_err(|(field, message)| {
                 invalid((
                     field,
@@ -327,7 +335,21 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
         }
     }
     check_shared_counters(p)?;
+    check_rls(p)?;
     shares::check(p)
+}
+
+/// The limits of descriptor rules, checked as tiers' are (the TOML reader
+/// checks native rules on their own lines first; this covers rules built
+/// in code and quotas once `partition` is applied).
+fn check_rls(p: &Policy) -> Result<(), (String, String)> {
+    for domain in p.rls.domains.iter() {
+        for rule in domain.rules() {
+            let at = format!("rls.domains.{}.{}.limits", domain.name, rule.label);
+            check_limits(&rule.limits, &at, rule.cost.unwrap_or(1))?;
+        }
+    }
+    Ok(())
 }
 
 /// IP- and route-scoped limits of the same name in several tiers count on

@@ -17,8 +17,9 @@
 //!
 //! Limits that are not windows are reported honestly, not as windows they
 //! are not: `requests_per_unit` is the limit's quota (a token bucket's
-//! capacity, a GCRA's burst), `unit` is the rule's unit when it has one,
-//! else the smallest unit at least as long as the time the limit takes to
+//! capacity, a GCRA's burst), `unit` is the limit's window when that is
+//! one whole unit, else the smallest unit at least as long as the time the
+//! limit takes to
 //! refill from empty; `limit_remaining` is what is left now (rounded down)
 //! and `duration_until_reset` the time until the quota is whole again.
 
@@ -27,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use super::proto::Unit;
 use super::request::{CurrentLimit, RlsAnswer, RlsDescriptor, RlsRequest, RlsStatus};
+use crate::identity::{Identity, IdentityKind};
 use crate::limiter::{
     Group, GroupReport, Groups, GroupsDecision, GroupsFailure, GroupsUnavailable, LimitReport,
     Limiter,
@@ -60,11 +62,11 @@ enum Plan {
     Decide {
         rule: Arc<str>,
         limits: Vec<Limit>,
-        unit: Option<Unit>,
         name: String,
         cost: u64,
         shadow: bool,
         identity: String,
+        shown: String,
         failure: Option<RlsFailure>,
     },
 }
@@ -95,16 +97,7 @@ impl RateLimitService {
 
     /// Registers the service's metrics at zero for every configured domain.
     pub fn register_metrics(&self) {
-        let policy = self.limiter.policy();
-        let mut pairs: Vec<(Arc<str>, Arc<str>)> = Vec::new();
-        for d in policy.rls.domains.iter() {
-            pairs.push((d.name.clone(), m::UNMATCHED_RULE.into()));
-            pairs.push((d.name.clone(), m::OVERRIDE_RULE.into()));
-            for r in d.rules() {
-                pairs.push((d.name.clone(), r.label.clone()));
-            }
-        }
-        m::register_at_zero(pairs.iter().map(|(d, r)| (&**d, &**r)));
+        m::register_policy(&self.limiter.policy());
     }
 
     /// Decides `request`: every descriptor in one store call. `api` names
@@ -146,14 +139,40 @@ impl RateLimitService {
         request: &RlsRequest,
         peek: bool,
     ) -> Result<(RlsAnswer, GroupsDecision), RlsError> {
-        let policy = self.limiter.policy();
+        // One policy generation for the whole request: domains, tiers and
+        // the decision itself (a reload meanwhile does not mix them).
+        let snapshot = self.limiter.snapshot();
+        let policy = snapshot.policy();
         let settings: &RlsSettings = &policy.rls;
         let domain = settings.domains.domain(&request.domain);
         let domain_label: Arc<str> = match domain {
             Some(d) => d.name.clone(),
             None => m::UNKNOWN_DOMAIN.into(),
         };
-        let plans = plan(domain, request);
+        // `tier_from`: the entry's value is resolved to a tier as API keys
+        // are, under the same policy generation.
+        let parts = http::Request::new(()).into_parts().0;
+        let tier_limits = |value: &str| -> Vec<Limit> {
+            let identity = Identity::new(IdentityKind::ApiKey, value);
+            let tier = snapshot.resolve_tier(&identity, &parts);
+            policy
+                .tiers
+                .iter()
+                .find(|t| t.name == tier)
+                .map(|t| {
+                    t.limits
+                        .iter()
+                        .map(|l| {
+                            // Apart from the rule's own limits of one name.
+                            let mut l = l.clone();
+                            l.name = format!("{tier}.{}", l.name);
+                            l
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let plans = plan(domain, request, &tier_limits);
         // One failure policy per call: the strictest any decided rule asks
         // for (unavailable > closed > local > open), else the section's.
         let failure = plans
@@ -173,9 +192,11 @@ impl RateLimitService {
                     cost,
                     shadow,
                     identity,
+                    shown,
                     ..
                 } => Some(Group {
                     identity,
+                    shown,
                     limits,
                     cost: *cost,
                     shadow: *shadow,
@@ -226,11 +247,7 @@ impl RateLimitService {
                     statuses.push(RlsStatus::default());
                 }
                 Plan::Decide {
-                    rule,
-                    unit,
-                    name,
-                    shadow,
-                    ..
+                    rule, name, shadow, ..
                 } => {
                     let report: &GroupReport = reports.next().expect("one report per group");
                     let over = !report.allowed && !shadow;
@@ -262,7 +279,7 @@ impl RateLimitService {
                                 over_limit: over,
                                 current_limit: Some(CurrentLimit {
                                     requests_per_unit: u32::try_from(l.quota).unwrap_or(u32::MAX),
-                                    unit: unit.unwrap_or_else(|| unit_for(l.window_secs)),
+                                    unit: unit_for(l.window_secs),
                                     name: name.clone(),
                                 }),
                                 limit_remaining: remaining_of(l),
@@ -302,7 +319,11 @@ impl RateLimitService {
 }
 
 /// The descriptor's plan in `domain` (none: an unknown domain).
-fn plan(domain: Option<&Domain>, request: &RlsRequest) -> Vec<Plan> {
+fn plan(
+    domain: Option<&Domain>,
+    request: &RlsRequest,
+    tier_limits: &dyn Fn(&str) -> Vec<Limit>,
+) -> Vec<Plan> {
     let default_cost = u64::from(request.hits_addend.max(1));
     let Some(domain) = domain else {
         return request
@@ -337,7 +358,9 @@ fn plan(domain: Option<&Domain>, request: &RlsRequest) -> Vec<Plan> {
         .descriptors
         .iter()
         .zip(rules)
-        .map(|(d, rule)| descriptor_plan(&domain.name, d, rule, &replaced, default_cost))
+        .map(|(d, rule)| {
+            descriptor_plan(&domain.name, d, rule, &replaced, default_cost, tier_limits)
+        })
         .collect()
 }
 
@@ -347,8 +370,15 @@ fn descriptor_plan(
     rule: Option<&DescriptorRule>,
     replaced: &[&Arc<str>],
     default_cost: u64,
+    tier_limits: &dyn Fn(&str) -> Vec<Limit>,
 ) -> Plan {
     let identity = descriptor_identity(domain, d);
+    let shown = d
+        .entries
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("/");
     if let Some(o) = d.limit {
         // The proxy's limit wins over the configured one, as in
         // envoyproxy/ratelimit (never shadow there either).
@@ -361,11 +391,11 @@ fn descriptor_plan(
                 u64::from(o.requests_per_unit),
                 Duration::from_secs(secs),
             )],
-            unit: Some(o.unit),
             name: name.to_owned(),
             cost: d.hits_addend.unwrap_or(default_cost),
             shadow: false,
             identity,
+            shown,
             failure: rule.and_then(|r| r.on_store_failure),
         };
     }
@@ -379,7 +409,13 @@ fn descriptor_plan(
         .name
         .as_ref()
         .is_some_and(|n| replaced.iter().any(|r| **r == *n));
-    if rule.unlimited || rule.limits.is_empty() || is_replaced {
+    let mut limits = rule.limits.clone();
+    if let Some(key) = &rule.tier {
+        if let Some((_, value)) = d.entries.iter().find(|(k, _)| **k == **key) {
+            limits.extend(tier_limits(value));
+        }
+    }
+    if rule.unlimited || limits.is_empty() || is_replaced {
         return Plan::Free {
             rule: rule.label.clone(),
             unlimited: rule.unlimited,
@@ -387,12 +423,12 @@ fn descriptor_plan(
     }
     Plan::Decide {
         rule: rule.label.clone(),
-        limits: rule.limits.clone(),
-        unit: rule.unit.map(unit_of),
+        limits,
         name: rule.name.as_deref().unwrap_or("").to_owned(),
         cost: d.hits_addend.or(rule.cost).unwrap_or(default_cost),
         shadow: rule.shadow,
         identity,
+        shown,
         failure: rule.on_store_failure,
     }
 }
@@ -424,19 +460,6 @@ fn strictness(f: RlsFailure) -> u8 {
         RlsFailure::Local => 1,
         RlsFailure::Closed => 2,
         RlsFailure::Unavailable => 3,
-    }
-}
-
-fn unit_of(u: crate::policy::rls::RlsUnit) -> Unit {
-    use crate::policy::rls::RlsUnit as R;
-    match u {
-        R::Second => Unit::Second,
-        R::Minute => Unit::Minute,
-        R::Hour => Unit::Hour,
-        R::Day => Unit::Day,
-        R::Week => Unit::Week,
-        R::Month => Unit::Month,
-        R::Year => Unit::Year,
     }
 }
 

@@ -2,7 +2,7 @@
 //! `grpc.health.v1.Health` as tonic services, over h2c.
 //!
 //! Each is a thin tower service, what tonic's code generator would write:
-//! route by path, decode with [`ProstCodec`], convert ([`super::convert`]),
+//! route by path, decode with [`ProstCodec`], convert ([`super::request_from_wire`]),
 //! ask [`RateLimitService`], convert back. No decision is made here.
 
 use std::convert::Infallible;

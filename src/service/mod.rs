@@ -18,14 +18,20 @@
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! use ratewatch::service::{RateLimitService, RlsDescriptor, RlsRequest};
-//! use ratewatch::{Limit, Limiter, Policy, Tier};
-//! let policy = Policy::builder()
-//!     .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
-//!     .build()
-//!     .unwrap();
-//! let limiter = Limiter::new(policy).await.unwrap();
-//! // A domain the policy does not name limits nothing: every descriptor is OK.
-//! let service = RateLimitService::new(limiter);
+//! use ratewatch::{Limiter, Policy};
+//! let policy = Policy::from_toml_str(
+//!     r#"
+//! [[rls.domains]]
+//! name = "edge"
+//!
+//! [[rls.domains.rules]]
+//! descriptor = ["remote_address"]
+//! limits = [{ name = "minute", algorithm = "fixed_window", limit = 1, window = "60s" }]
+//! "#,
+//!     None,
+//! )
+//! .unwrap();
+//! let service = RateLimitService::new(Limiter::new(policy).await.unwrap());
 //! let request = RlsRequest {
 //!     domain: "edge".into(),
 //!     descriptors: vec![RlsDescriptor {
@@ -34,9 +40,11 @@
 //!     }],
 //!     hits_addend: 0,
 //! };
-//! let answer = service.decide(&request, "grpc").await.unwrap();
-//! assert!(!answer.over_limit);
-//! assert_eq!(answer.statuses.len(), 1);
+//! let first = service.decide(&request, "grpc").await.unwrap();
+//! assert!(!first.over_limit);
+//! assert_eq!(first.statuses[0].limit_remaining, 0);
+//! let second = service.decide(&request, "grpc").await.unwrap();
+//! assert!(second.over_limit && second.statuses[0].over_limit);
 //! # });
 //! ```
 

@@ -403,6 +403,7 @@ fn url_host_port(url: &str) -> String {
 /// [`MAX_ZERO_DECISION_SERIES`]); and the round-trip histogram per shard.
 pub fn register_at_zero(policy: &Policy) {
     super::lease::register_at_zero();
+    super::rls::register_policy(policy);
     let shards = configured_shards(policy);
     let redis_shards: Vec<&String> = shards.iter().filter(|s| *s != "memory").collect();
     let mut policies: Vec<FailurePolicy> = vec![policy.resilience.on_store_failure];

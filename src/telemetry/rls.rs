@@ -77,20 +77,38 @@ pub fn describe() {
 pub fn register_at_zero<'a>(rules: impl Iterator<Item = (&'a str, &'a str)>) {
     for api in APIS {
         for reason in ERROR_REASONS {
-            counter!(RLS_ERRORS_TOTAL, LABEL_API => api, LABEL_REASON => reason).absolute(0);
+            counter!(RLS_ERRORS_TOTAL, LABEL_API => api, LABEL_REASON => reason).increment(0);
         }
         // A histogram appears with its first sample only; the counter pair
         // above is what alerts read.
         let _ = histogram!(RLS_REQUEST_SECONDS, LABEL_API => api);
     }
     for outcome in OUTCOMES {
-        counter!(RLS_DECISIONS_TOTAL, LABEL_DOMAIN => UNKNOWN_DOMAIN, LABEL_RULE => UNMATCHED_RULE, LABEL_OUTCOME => outcome).absolute(0);
+        counter!(RLS_DECISIONS_TOTAL, LABEL_DOMAIN => UNKNOWN_DOMAIN, LABEL_RULE => UNMATCHED_RULE, LABEL_OUTCOME => outcome).increment(0);
     }
     for (domain, rule) in rules {
         for outcome in OUTCOMES {
-            counter!(RLS_DECISIONS_TOTAL, LABEL_DOMAIN => domain.to_owned(), LABEL_RULE => rule.to_owned(), LABEL_OUTCOME => outcome).absolute(0);
+            counter!(RLS_DECISIONS_TOTAL, LABEL_DOMAIN => domain.to_owned(), LABEL_RULE => rule.to_owned(), LABEL_OUTCOME => outcome).increment(0);
         }
     }
+}
+
+/// [`register_at_zero`] for every domain and rule of `policy`'s `[rls]`.
+pub fn register_policy(policy: &crate::policy::Policy) {
+    let mut pairs: Vec<(&str, &str)> = Vec::new();
+    let domains: Vec<_> = policy.rls.domains.iter().collect();
+    for d in &domains {
+        pairs.push((&d.name, UNMATCHED_RULE));
+        pairs.push((&d.name, OVERRIDE_RULE));
+    }
+    let rules: Vec<(&str, Vec<&crate::policy::rls::DescriptorRule>)> =
+        domains.iter().map(|d| (&*d.name, d.rules())).collect();
+    for (d, rs) in &rules {
+        for r in rs {
+            pairs.push((d, &r.label));
+        }
+    }
+    register_at_zero(pairs.into_iter());
 }
 
 /// Counts one descriptor's decision.

@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{DescriptorRule, RlsUnit};
-use crate::policy::Limit;
 
 /// Every domain of a policy, by name.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -31,6 +30,28 @@ impl DomainSet {
     /// The domains, by name.
     pub fn iter(&self) -> impl Iterator<Item = &Domain> {
         self.domains.values()
+    }
+
+    /// Every rule of every domain, with its domain's name, for checks and
+    /// for scaling quotas (`partition`).
+    pub(crate) fn rules_mut(&mut self) -> Vec<(Arc<str>, &mut DescriptorRule)> {
+        fn walk<'a>(
+            name: &Arc<str>,
+            nodes: &'a mut [Node],
+            out: &mut Vec<(Arc<str>, &'a mut DescriptorRule)>,
+        ) {
+            for n in nodes {
+                if let Some(rule) = n.rule.as_mut() {
+                    out.push((name.clone(), rule));
+                }
+                walk(name, &mut n.children, out);
+            }
+        }
+        let mut out = Vec::new();
+        for d in self.domains.values_mut() {
+            walk(&d.name, &mut d.root, &mut out);
+        }
+        out
     }
 
     /// Adds a domain; gives it back if one of its name is already present
@@ -228,19 +249,6 @@ impl Domain {
     }
 }
 
-impl RlsUnit {
-    /// The limit envoyproxy/ratelimit enforces for `requests_per_unit` per
-    /// unit: a fixed window of one unit aligned to the epoch, named after
-    /// the unit.
-    pub fn limit(self, requests_per_unit: u64) -> Limit {
-        Limit::fixed_window(
-            self.as_str(),
-            requests_per_unit,
-            std::time::Duration::from_secs(self.seconds()),
-        )
-    }
-}
-
 /// Whether `value` matches `pattern`, where each `*` stands for any run of
 /// characters (possibly empty) and the rest must appear in order: the
 /// pattern's first part starts the value, its last part ends it.
@@ -272,6 +280,7 @@ pub(super) fn wildcard_match(pattern: &str, value: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::Limit;
 
     /// A shop's edge config: nested entries, key-only defaults beside
     /// specific values, an exempt value, a named and an unlimited rule.

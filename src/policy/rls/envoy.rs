@@ -361,7 +361,7 @@ impl Cx<'_> {
             Some(n) if !n.is_null() => Some(self.requests_per_unit(n, &rpu_field)?),
             _ => None,
         };
-        if !unlimited && !rpu.is_some_and(|n| n > 0) {
+        if !unlimited && rpu.is_none_or(|n| n == 0) {
             let line = map.line_of("requests_per_unit").unwrap_or(node.line());
             return Err(self.error(
                 line,

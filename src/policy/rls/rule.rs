@@ -85,6 +85,19 @@ impl RlsUnit {
     }
 }
 
+impl RlsUnit {
+    /// The limit envoyproxy/ratelimit enforces for `requests_per_unit` per
+    /// unit: a fixed window of one unit aligned to the epoch, named after
+    /// the unit.
+    pub fn limit(self, requests_per_unit: u64) -> Limit {
+        Limit::fixed_window(
+            self.as_str(),
+            requests_per_unit,
+            std::time::Duration::from_secs(self.seconds()),
+        )
+    }
+}
+
 /// The rule a request descriptor matched.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescriptorRule {
