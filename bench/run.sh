@@ -2,7 +2,9 @@
 # ratewatch's side-by-side benchmark: HTTP with wrk against bare axum, a
 # header floor, tower_governor, ratewatch (memory, Redis, Redis Cluster) and
 # a naive Redis limiter; Limiter::check against governor; the redis-benchmark
-# ceiling of the decide script; telemetry on/off; Redis bytes per identity.
+# ceiling of the decide script; telemetry on/off; Redis bytes per identity;
+# the decision service over gRPC (h2load) and through a real Envoy (wrk;
+# the Envoy .ci/test.sh installs, rows left out without it).
 # One run, rounds interleaved; writes BENCHMARKS.md (ratios first).
 #
 #   bench/run.sh                       # default: 2 rounds of 5 s (a few minutes)
@@ -18,6 +20,8 @@ need=()
 command -v wrk >/dev/null || need+=(wrk)
 command -v redis-benchmark >/dev/null || need+=(redis-tools)
 command -v redis-server >/dev/null || need+=(redis-server)
+command -v h2load >/dev/null || need+=(nghttp2-client)
+command -v curl >/dev/null || need+=(curl)
 if ((${#need[@]})); then
   echo "bench: installing ${need[*]}" >&2
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

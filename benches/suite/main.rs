@@ -20,6 +20,10 @@
 //! - Redis on loopback and, beside it, behind an emulated network round
 //!   trip (`netem.rs`, `--net-delay-us`, one way), ratewatch's one round
 //!   trip against the naive limiter's three.
+//! - The decision service (`rls.rs`): RLS decisions/s and server CPU per
+//!   decision over gRPC (`h2load`), memory and Redis, beside the axum
+//!   layer's; `wrk` through a real Envoy alone and with ratewatch's RLS
+//!   (`cargo bench --bench suite -- rls SECS` runs only these).
 #![allow(clippy::print_stdout)]
 
 #[path = "../../tests/support/mod.rs"]
@@ -31,6 +35,7 @@ mod load;
 mod memory;
 mod netem;
 mod report;
+mod rls;
 mod serve;
 
 use std::collections::HashMap;
@@ -69,6 +74,11 @@ pub struct Results {
     /// proxy, µs.
     pub rtt_direct_us: f64,
     pub rtt_net_us: f64,
+    /// The decision service over gRPC, per store, per round.
+    pub rls_grpc: HashMap<rls::Store, Vec<rls::GrpcRun>>,
+    /// wrk through Envoy: `alone`, or with ratewatch's RLS on `memory` /
+    /// `redis`, per round.
+    pub envoy: HashMap<&'static str, Vec<(HttpRun, rls::EnvoyExtras)>>,
     pub load_before: String,
     pub load_after: String,
     pub elapsed_s: f64,
@@ -153,10 +163,22 @@ fn main() {
             let conns = args.get(3).and_then(|c| c.parse().ok()).unwrap_or(8);
             load::fixed_requests(port, n, conns);
         }
+        Some("rls") => {
+            // `rls SECS`: only the decision-service rows, one round.
+            let mut o = parse(&[]);
+            o.secs = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(5);
+            let redis = support::RedisServer::start();
+            let mut r = Results::default();
+            rls::round(&o, &redis.url(), 0, &mut r);
+            let mut text = String::new();
+            rls::goal_rows(&mut text, &r);
+            rls::render(&mut text, &o, &r);
+            println!("{text}");
+        }
         Some("run") | None => run(parse(&args)),
         Some(other) => {
             eprintln!(
-                "usage: bench run [--rounds N] [--secs S] [--out FILE] [--net-delay-us US] | bench memory | bench serve VARIANT PORT [URL...] | bench proxy UPSTREAM_PORT DELAY_US | bench requests PORT N [CONNECTIONS] | bench check SECS [THREADS] [off|governor] | bench count N [off]\nunknown: {other}"
+                "usage: bench run [--rounds N] [--secs S] [--out FILE] [--net-delay-us US] | bench memory | bench rls SECS | bench serve VARIANT PORT [URL...] | bench proxy UPSTREAM_PORT DELAY_US | bench requests PORT N [CONNECTIONS] | bench check SECS [THREADS] [off|governor] | bench count N [off]\nunknown: {other}"
             );
             std::process::exit(2);
         }
@@ -321,6 +343,7 @@ fn run(o: Options) {
             l.per_command()
         );
         r.lease.push(l);
+        rls::round(&o, &redis.url(), round, &mut r);
     }
 
     eprintln!(

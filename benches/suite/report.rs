@@ -204,6 +204,8 @@ pub fn render(o: &Options, r: &Results) -> String {
         }
     }
 
+    crate::rls::goal_rows(w, r);
+
     // --- HTTP ------------------------------------------------------------
     let bare = rps(r, Variant::Bare);
     let floor_m = rps(r, Variant::HeaderFloor);
@@ -255,6 +257,8 @@ pub fn render(o: &Options, r: &Results) -> String {
             fb
         );
     }
+
+    crate::rls::render(w, o, r);
 
     // --- Ceiling ---------------------------------------------------------
     let rw_c = median(rw_ceiling.clone());

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod envoy;
 pub mod hammer;
 pub mod sentinel;
 pub mod tls;
