@@ -148,13 +148,15 @@ struct Compiled {
     owners: Vec<(usize, Arc<str>, Algorithm, bool)>,
 }
 
-fn compile(prefix: &str, instances: u32, groups: &Groups<'_>) -> Compiled {
-    let tag = keys::hash_identity("rls-domain", &groups.tag);
+fn compile(prefix: &str, instances: u32, key: &keys::IdentityKey, groups: &Groups<'_>) -> Compiled {
+    // Keyed like every identity, so descriptor values (often API keys or
+    // addresses) cannot be read back from Redis key names offline.
+    let tag = key.hash_identity("rls-domain", &groups.tag);
     let mut items = Vec::new();
     let mut local = Vec::new();
     let mut owners = Vec::new();
     for (g, group) in groups.groups.iter().enumerate() {
-        let who = keys::hash_identity("rls", group.identity);
+        let who = key.hash_identity("rls", group.identity);
         for limit in group.limits {
             let algorithm = limit.algorithm.clone();
             let code = keys::limit_code(None, &limit.name, keys::algorithm_code(&algorithm));
@@ -193,6 +195,7 @@ impl Limiter {
         let c = compile(
             &policy.store.key_prefix,
             policy.resilience.expected_instances.max(1),
+            &live.key,
             request,
         );
         if c.items.is_empty() {

@@ -140,17 +140,23 @@ impl PolicySnapshot {
         cost: u64,
     ) -> Decision {
         let live = route.map_or(&self.live, |r| &r.live);
-        let route = route.map(|r| r.index);
+        let index = route.map(|r| r.index);
+        // The same counters as the layer's: the deployment's keyed hash.
+        let keyed = identity.with_key(&live.key);
+        let identity = &*keyed;
         let cost = Some(cost);
         if let Some(d) = self
             .limiter
-            .run_now_cost(live, identity, tier, route, false, cost)
+            .run_now_cost(live, identity, tier, index, false, cost)
         {
-            return d;
+            return routed(d, route);
         }
-        self.limiter
-            .run_cost(live, identity, tier, route, false, cost)
-            .await
+        routed(
+            self.limiter
+                .run_cost(live, identity, tier, index, false, cost)
+                .await,
+            route,
+        )
     }
 
     /// Reports every limit's quota for `identity` without consuming any.
