@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
+use super::log_gate::LogGate;
 use super::permit::PermitGuard;
 use super::{Breaker, BreakerState, Permit, Refused, Trip};
 use crate::clock::{Clock, Micros, SystemClock};
@@ -26,9 +27,12 @@ pub trait BreakerObserver: Send + Sync + 'static {
     /// a shard is first seen).
     fn state(&self, shard: &str, state: BreakerState);
 
-    /// `shard`'s breaker opened after a failed health probe (a trip
-    /// reported by a request is the caller's to count).
-    fn probe_tripped(&self, shard: &str);
+    /// A health probe of `shard` failed: the shard is still down and its
+    /// breaker stays open. This is not a new trip (a trip is closed ->
+    /// open, which the caller that reported it counts); nothing by default.
+    fn probe_tripped(&self, shard: &str) {
+        let _ = shard;
+    }
 }
 
 /// What a report changed.
@@ -59,7 +63,13 @@ pub(super) struct Shared {
     pub(super) probing: Mutex<HashSet<Arc<str>>>,
     /// Who hears of state changes, once set.
     observer: std::sync::OnceLock<Arc<dyn BreakerObserver>>,
+    /// Keeps "still down" lines to one per shard per interval.
+    still_down: LogGate,
 }
+
+/// At most one "still down" line per shard this often while its breaker
+/// stays open (the line that it opened always goes).
+pub const STILL_DOWN_LOG_EVERY: Duration = Duration::from_secs(10);
 
 impl std::fmt::Debug for ShardBreakers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -115,6 +125,7 @@ impl ShardBreakers {
                 prober,
                 probing: Mutex::new(HashSet::new()),
                 observer: std::sync::OnceLock::new(),
+                still_down: LogGate::new(STILL_DOWN_LOG_EVERY.as_micros() as u64),
             }),
         }
     }
@@ -135,6 +146,22 @@ impl ShardBreakers {
     pub(super) fn note_probe_trip(&self, shard: &str) {
         if let Some(o) = self.shared.observer.get() {
             o.probe_tripped(shard);
+        }
+    }
+
+    /// `shard` is still down: a probe (a health check, or a request where
+    /// requests probe) failed with `last_error` and the breaker opened
+    /// again. Logged at WARN at most once per [`STILL_DOWN_LOG_EVERY`] per
+    /// shard, with the number of failed probes the line stands for. Never
+    /// counted as a trip.
+    pub fn still_down(&self, shard: &Arc<str>, last_error: &str) {
+        if let Some(held_back) = self.shared.still_down.admit(shard, self.now()) {
+            tracing::warn!(
+                %shard,
+                last_error,
+                failed_probes = held_back + 1,
+                "store shard still down; circuit breaker stays open"
+            );
         }
     }
 
@@ -217,6 +244,7 @@ impl ShardBreakers {
             match b.on_success(permit, now) {
                 Some(t) if t.to == BreakerState::Closed => {
                     self.note(shard, t.to);
+                    self.shared.still_down.forget(shard);
                     Change::Closed
                 }
                 Some(t) => {
@@ -229,6 +257,11 @@ impl ShardBreakers {
             match b.on_failure(permit, now) {
                 Some(trip) => {
                     self.note(shard, BreakerState::Open);
+                    if trip.from == BreakerState::Closed {
+                        // The caller logs the trip: the next "still down"
+                        // line waits a whole interval from it.
+                        self.shared.still_down.wrote(shard, now);
+                    }
                     Change::Tripped(trip)
                 }
                 None => Change::None,

@@ -26,6 +26,7 @@ mod charge;
 #[cfg(feature = "redis-store")]
 mod cluster;
 mod error;
+mod usage;
 pub mod keys;
 mod memory;
 #[cfg(feature = "redis-store")]
@@ -41,7 +42,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use charge::Charge;
-pub use error::StoreError;
+pub use error::{ErrorClass, StoreError};
+pub use usage::ShardUsage;
 pub use memory::MemoryStore;
 
 #[cfg(feature = "redis-store")]
@@ -206,6 +208,13 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<(), StoreError> {
         let _ = (items, charge, units);
         Ok(())
+    }
+
+    /// Keys and memory per shard now, for the `ratewatch_store_*` gauges.
+    /// Called off the request path; a shard that cannot answer is left
+    /// out. The default knows nothing.
+    async fn usage(&self) -> Vec<ShardUsage> {
+        Vec::new()
     }
 
     /// Tells the store whom to report to besides its decisions (script
