@@ -76,6 +76,7 @@ fn policy(store: StoreSettings, open: Duration) -> Policy {
                 .match_prefix("free_")
                 .limit(Limit::token_bucket("burst", 1000, 1.0)),
         )
+        .tier(Tier::new("anonymous").limit(Limit::token_bucket("burst", 1000, 1.0)))
         .build()
         .expect("valid policy")
 }
@@ -116,6 +117,7 @@ async fn until_the_breaker_opens(limiter: &Limiter, shard: &str) -> String {
 }
 
 fn assert_names(line: &str, class: &str) {
+    eprintln!("{line}");
     assert!(
         line.contains(" WARN ") && line.contains(&format!("last_error=\"{class}: ")),
         "the breaker's WARN line names a {class} error: {line}"
@@ -381,7 +383,7 @@ async fn one_address_inventing_enterprise_keys_is_refused_at_the_shipped_ip_ceil
 
 #[tokio::test]
 async fn one_address_mints_no_more_than_the_daily_ceiling_in_a_whole_day() {
-    use ratewatch::clock::ManualClock;
+    use ratewatch::clock::{Clock, ManualClock};
     // Start just after midnight UTC so the whole day is one daily window.
     let day_us = 86_400_000_000u64;
     let start = 1_800_000_000_000_000u64 / day_us * day_us + day_us + 1_000_000;

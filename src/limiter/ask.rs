@@ -136,19 +136,15 @@ impl Limiter {
                 inner.store.decide(batch).await.map(|d| (d, None))
             }
         };
-        // The failure's summary (`tls: invalid peer certificate ...`) is
-        // what the breaker's log line names as its last error.
+        // The error goes to the breakers, whose log lines name it
+        // (`last_error="tls: invalid peer certificate ..."`).
         let result = match tokio::time::timeout(budget, decide).await {
             Ok(Ok(d)) => Ok(d),
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "store could not decide");
-                Err((reason_of(&e), e.shard().cloned(), e.summary()))
+                Err((reason_of(&e), e.shard().cloned(), e))
             }
-            Err(_) => Err((
-                FallbackReason::Timeout,
-                None,
-                format!("timeout: no answer within the decision budget ({budget:?})"),
-            )),
+            Err(_) => Err((FallbackReason::Timeout, None, StoreError::Timeout)),
         };
         for permit in permits {
             let shard = permit.shard().clone();
@@ -156,23 +152,26 @@ impl Limiter {
             // shard only; the others' permits go back unreported (their
             // part may or may not have answered). An unattributed failure
             // counts against every shard asked.
-            let (ok, last_error) = match &result {
-                Ok(_) => (true, ""),
+            let ok = match &result {
+                Ok(_) => true,
                 Err((_, Some(failed), _)) if *failed != shard => continue,
-                Err((_, _, summary)) => (false, summary.as_str()),
+                Err((_, _, e)) => {
+                    breakers.note_error(&shard, e);
+                    false
+                }
             };
             match permit.report(ok) {
                 // A failed probe: the shard stayed down, which is no new
                 // trip (neither counted nor logged as one).
                 Change::Tripped(trip) if trip.from != BreakerState::Closed => {
-                    breakers.still_down(&shard, last_error);
+                    breakers.still_down(&shard);
                 }
                 Change::Tripped(trip) => {
                     inner.telemetry.record_breaker_trip(&shard);
                     tracing::warn!(
                         %shard,
                         reason = ?trip.reason,
-                        last_error,
+                        last_error = breakers.last_error(&shard).as_str(),
                         "circuit breaker opened"
                     );
                 }

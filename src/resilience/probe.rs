@@ -13,6 +13,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::Change;
+use crate::store::StoreError;
 use super::shards::{ShardBreakers, Shared};
 
 /// Starts `shard`'s probe task unless it runs already or the breakers have
@@ -64,13 +65,12 @@ async fn run(shared: Weak<Shared>, shard: Arc<str>) {
         };
         let failed = match tokio::time::timeout(budget, store.probe(&shard)).await {
             Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(e.summary()),
-            Err(_) => Some(format!(
-                "timeout: the health probe got no answer within {budget:?}"
-            )),
+            Ok(Err(e)) => Some(e),
+            Err(_) => Some(StoreError::Timeout),
         };
         if let Some(error) = &failed {
-            tracing::debug!(%shard, last_error = %error, "health probe failed");
+            tracing::debug!(%shard, last_error = %error.summary(), "health probe failed");
+            breakers.note_error(&shard, error);
         }
         match guard.report(failed.is_none()) {
             Change::Closed => tracing::info!(%shard, "circuit breaker closed after a health probe"),
@@ -78,7 +78,7 @@ async fn run(shared: Weak<Shared>, shard: Arc<str>) {
                 // The shard stays down: not a new trip, and one line per
                 // interval at most, naming what the probe ran into.
                 breakers.note_probe_trip(&shard);
-                breakers.still_down(&shard, failed.as_deref().unwrap_or("error"));
+                breakers.still_down(&shard);
             }
             Change::None => {}
         }

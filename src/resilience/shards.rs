@@ -17,7 +17,7 @@ use super::permit::PermitGuard;
 use super::{Breaker, BreakerState, Permit, Refused, Trip};
 use crate::clock::{Clock, Micros, SystemClock};
 use crate::policy::BreakerSettings;
-use crate::store::Store;
+use crate::store::{ErrorClass, Store, StoreError};
 
 /// Hears what the breakers do, so that telemetry can show it while
 /// resilience knows nothing of telemetry (the limiter plugs one in).
@@ -65,6 +65,8 @@ pub(super) struct Shared {
     observer: std::sync::OnceLock<Arc<dyn BreakerObserver>>,
     /// Keeps "still down" lines to one per shard per interval.
     still_down: LogGate,
+    /// Per shard, the most telling store error since its last success.
+    errors: Mutex<HashMap<Arc<str>, (ErrorClass, String)>>,
 }
 
 /// At most one "still down" line per shard this often while its breaker
@@ -126,6 +128,7 @@ impl ShardBreakers {
                 probing: Mutex::new(HashSet::new()),
                 observer: std::sync::OnceLock::new(),
                 still_down: LogGate::new(STILL_DOWN_LOG_EVERY.as_micros() as u64),
+                errors: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -149,16 +152,43 @@ impl ShardBreakers {
         }
     }
 
+    /// Remembers that a call to `shard` failed with `error`, before its
+    /// outcome is reported: the breaker's log lines name it. A telling
+    /// error ([`ErrorClass::is_telling`]) is not replaced by a vague one
+    /// (a broken pipe after Redis refused an unauthenticated command), so
+    /// the line says where to look; otherwise the latest error wins.
+    pub fn note_error(&self, shard: &Arc<str>, error: &StoreError) {
+        let class = error.class();
+        let mut errors = self.shared.errors.lock();
+        match errors.get(shard) {
+            Some((kept, _)) if kept.is_telling() && !class.is_telling() => {}
+            _ => {
+                errors.insert(shard.clone(), (class, error.summary()));
+            }
+        }
+    }
+
+    /// The error [`ShardBreakers::note_error`] kept for `shard` since its
+    /// last success, as `<class>: <message>`; `error` if none was noted.
+    pub fn last_error(&self, shard: &Arc<str>) -> String {
+        self.shared
+            .errors
+            .lock()
+            .get(shard)
+            .map_or_else(|| "error".to_owned(), |(_, summary)| summary.clone())
+    }
+
     /// `shard` is still down: a probe (a health check, or a request where
-    /// requests probe) failed with `last_error` and the breaker opened
-    /// again. Logged at WARN at most once per [`STILL_DOWN_LOG_EVERY`] per
-    /// shard, with the number of failed probes the line stands for. Never
-    /// counted as a trip.
-    pub fn still_down(&self, shard: &Arc<str>, last_error: &str) {
+    /// requests probe) failed and the breaker opened again. Logged at WARN
+    /// with [`ShardBreakers::last_error`] at most once per
+    /// [`STILL_DOWN_LOG_EVERY`] per shard, with the number of failed probes
+    /// the line stands for. Never counted as a trip.
+    pub fn still_down(&self, shard: &Arc<str>) {
         if let Some(held_back) = self.shared.still_down.admit(shard, self.now()) {
+            let last_error = self.last_error(shard);
             tracing::warn!(
                 %shard,
-                last_error,
+                last_error = last_error.as_str(),
                 failed_probes = held_back + 1,
                 "store shard still down; circuit breaker stays open"
             );
@@ -240,6 +270,9 @@ impl ShardBreakers {
     pub fn report(&self, shard: &Arc<str>, permit: Permit, ok: bool, now: Micros) -> Change {
         let breaker = self.breaker(shard);
         let mut b = breaker.lock();
+        if ok {
+            self.shared.errors.lock().remove(shard);
+        }
         let change = if ok {
             match b.on_success(permit, now) {
                 Some(t) if t.to == BreakerState::Closed => {

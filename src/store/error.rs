@@ -135,7 +135,15 @@ impl ErrorClass {
                 .any(|w| w == code)
         };
         let has = |needle: &str| lower.contains(needle);
-        if word("NOAUTH") || word("WRONGPASS") || word("NOPERM") || has("authentication") {
+        // Redis refuses a long command from a client that has not
+        // authenticated ("Protocol error: unauthenticated multibulk length")
+        // before it would answer NOAUTH.
+        if word("NOAUTH")
+            || word("WRONGPASS")
+            || word("NOPERM")
+            || has("authentication")
+            || has("unauthenticated")
+        {
             ErrorClass::Auth
         } else if word("OOM") || has("maxmemory") {
             ErrorClass::OutOfMemory
@@ -173,6 +181,17 @@ impl ErrorClass {
         } else {
             ErrorClass::Other
         }
+    }
+}
+
+impl ErrorClass {
+    /// Whether this class says where to look (a certificate, a password,
+    /// memory, a replica, a name, a port) rather than only that a
+    /// connection broke or something failed: a dropped connection often
+    /// follows the telling error (Redis closes the connection after
+    /// refusing an unauthenticated command), so the telling one is kept.
+    pub fn is_telling(self) -> bool {
+        !matches!(self, ErrorClass::ConnectionLost | ErrorClass::Other)
     }
 }
 
@@ -246,6 +265,10 @@ mod tests {
             ),
             (
                 "WRONGPASS: invalid username-password pair or user is disabled.",
+                ErrorClass::Auth,
+            ),
+            (
+                "ResponseError: Protocol error: unauthenticated multibulk length",
                 ErrorClass::Auth,
             ),
             (
