@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The metrics ratewatch exports (DESIGN.md, "Telemetry").
-const METRICS: [&str; 19] = [
+const METRICS: [&str; 22] = [
     "ratewatch_decisions_total",
     "ratewatch_limit_exceeded_total",
     "ratewatch_fallbacks_total",
@@ -33,6 +33,9 @@ const METRICS: [&str; 19] = [
     "ratewatch_lease_transitions_total",
     "ratewatch_lease_renew_seconds",
     "ratewatch_lease_decisions_total",
+    "ratewatch_store_keys",
+    "ratewatch_store_memory_used_bytes",
+    "ratewatch_store_memory_max_bytes",
 ];
 
 const HISTOGRAMS: [&str; 2] = [
@@ -42,7 +45,7 @@ const HISTOGRAMS: [&str; 2] = [
 
 const DATASOURCE_UID: &str = "${datasource}";
 
-const ALERTS: [&str; 8] = [
+const ALERTS: [&str; 10] = [
     "RatewatchFailOpenRateHigh",
     "RatewatchBreakerOpen",
     "RatewatchRedisSlow",
@@ -51,6 +54,8 @@ const ALERTS: [&str; 8] = [
     "RatewatchFailClosedRefusing",
     "RatewatchHotShard",
     "RatewatchPolicyReloadFailed",
+    "RatewatchStoreMemoryHigh",
+    "RatewatchStoreKeysGrowing",
 ];
 
 fn dashboards_dir() -> PathBuf {
@@ -802,6 +807,38 @@ fn exposition(t: f64) -> String {
         "Memory-store entries evicted at max_entries.",
         &[(r#"shard="127.0.0.1:6380""#, 5.0 * t)],
     );
+    // A store with room to spare: keys steady, a tenth of maxmemory on one
+    // shard, no maxmemory on the other (its memory alert has no sample).
+    family(
+        &mut s,
+        "ratewatch_store_keys",
+        "gauge",
+        "Keys the store holds.",
+        &[
+            (r#"shard="127.0.0.1:6379""#, 120_000.0),
+            (r#"shard="127.0.0.1:6380""#, 80_000.0),
+        ],
+    );
+    family(
+        &mut s,
+        "ratewatch_store_memory_used_bytes",
+        "gauge",
+        "Redis used_memory.",
+        &[
+            (r#"shard="127.0.0.1:6379""#, 10_000_000.0),
+            (r#"shard="127.0.0.1:6380""#, 8_000_000.0),
+        ],
+    );
+    family(
+        &mut s,
+        "ratewatch_store_memory_max_bytes",
+        "gauge",
+        "Redis maxmemory.",
+        &[
+            (r#"shard="127.0.0.1:6379""#, 100_000_000.0),
+            (r#"shard="127.0.0.1:6380""#, 0.0),
+        ],
+    );
     family(
         &mut s,
         "ratewatch_telemetry_dropped_total",
@@ -1078,8 +1115,8 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_evaluates_every_ale
     assert_eq!(names, BTreeSet::from(ALERTS));
     assert_eq!(
         rules.len(),
-        9,
-        "two fail-open severities and seven other alerts"
+        11,
+        "two fail-open severities and nine other alerts"
     );
 
     // Every alert the exposition calls for is pending (none can have

@@ -200,7 +200,8 @@ async fn a_redis_that_wants_a_password_is_named_auth() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_redis_without_eviction_is_named_oom() {
-    let redis = RedisServer::start_with(&["--maxmemory", "1mb", "--maxmemory-policy", "noeviction"]);
+    let redis =
+        RedisServer::start_with(&["--maxmemory", "1mb", "--maxmemory-policy", "noeviction"]);
     // Fill it past maxmemory: every write is then refused with OOM.
     redis.cli(&["DEBUG", "POPULATE", "20000", "filler", "100"]);
     let limiter = limiter(
@@ -217,7 +218,11 @@ async fn a_replica_is_named_readonly() {
     let master = RedisServer::start();
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
     let limiter = limiter(
-        store(replica.url(), TlsFiles::default(), Duration::from_millis(200)),
+        store(
+            replica.url(),
+            TlsFiles::default(),
+            Duration::from_millis(200),
+        ),
         Duration::from_secs(5),
     )
     .await;
@@ -283,7 +288,8 @@ async fn a_shard_that_stays_down_is_one_trip_and_one_warning_per_interval() {
         started.elapsed()
     );
     assert!(
-        still_down[0].contains("last_error=\"refused: ") && still_down[0].contains("failed_probes="),
+        still_down[0].contains("last_error=\"refused: ")
+            && still_down[0].contains("failed_probes="),
         "the line names the error and counts the probes it stands for: {}",
         still_down[0]
     );
@@ -367,7 +373,10 @@ async fn one_address_inventing_enterprise_keys_is_refused_at_the_shipped_ip_ceil
     // (sampled every few seconds) shows them.
     let shard = redis.addr();
     let dbsize: u64 = redis.cli(&["DBSIZE"]).trim().parse().unwrap();
-    assert!(dbsize >= admitted, "{dbsize} keys for {admitted} identities");
+    assert!(
+        dbsize >= admitted,
+        "{dbsize} keys for {admitted} identities"
+    );
     support::eventually(Duration::from_secs(20), "the keys gauge moves", || {
         let shard = shard.clone();
         async move {

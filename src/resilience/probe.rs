@@ -13,8 +13,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::Change;
-use crate::store::StoreError;
 use super::shards::{ShardBreakers, Shared};
+use crate::store::StoreError;
 
 /// Starts `shard`'s probe task unless it runs already or the breakers have
 /// no prober (or there is no runtime: requests then probe once the check is

@@ -251,18 +251,9 @@ mod tests {
     #[test]
     fn client_library_messages_are_classified_as_an_operator_reads_them() {
         let cases = [
-            (
-                "Connection refused (os error 111)",
-                ErrorClass::Refused,
-            ),
-            (
-                "invalid peer certificate: UnknownIssuer",
-                ErrorClass::Tls,
-            ),
-            (
-                "NOAUTH: Authentication required.",
-                ErrorClass::Auth,
-            ),
+            ("Connection refused (os error 111)", ErrorClass::Refused),
+            ("invalid peer certificate: UnknownIssuer", ErrorClass::Tls),
+            ("NOAUTH: Authentication required.", ErrorClass::Auth),
             (
                 "WRONGPASS: invalid username-password pair or user is disabled.",
                 ErrorClass::Auth,
@@ -283,7 +274,10 @@ mod tests {
                 "failed to lookup address information: Name or service not known",
                 ErrorClass::Dns,
             ),
-            ("Connection reset by peer (os error 104)", ErrorClass::ConnectionLost),
+            (
+                "Connection reset by peer (os error 104)",
+                ErrorClass::ConnectionLost,
+            ),
             ("ERR Error running script", ErrorClass::Other),
         ];
         for (message, class) in cases {

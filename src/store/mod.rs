@@ -26,7 +26,6 @@ mod charge;
 #[cfg(feature = "redis-store")]
 mod cluster;
 mod error;
-mod usage;
 pub mod keys;
 mod memory;
 #[cfg(feature = "redis-store")]
@@ -37,14 +36,15 @@ mod script;
 mod sentinel;
 #[cfg(feature = "redis-store")]
 pub(crate) mod tls;
+mod usage;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use charge::Charge;
 pub use error::{ErrorClass, StoreError};
-pub use usage::ShardUsage;
 pub use memory::MemoryStore;
+pub use usage::ShardUsage;
 
 #[cfg(feature = "redis-store")]
 pub use self::redis::{DEFAULT_URL as DEFAULT_REDIS_URL, RedisStore};

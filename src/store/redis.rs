@@ -159,7 +159,10 @@ impl RedisStore {
         let mut conn = self.conn.read().clone();
         let ask = async {
             let keys: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
-            let info: String = redis::cmd("INFO").arg("memory").query_async(&mut conn).await?;
+            let info: String = redis::cmd("INFO")
+                .arg("memory")
+                .query_async(&mut conn)
+                .await?;
             Ok::<_, redis::RedisError>((keys, info))
         };
         let budget = (self.timeout * 4).max(MIN_CONNECT_TIMEOUT);
