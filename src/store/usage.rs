@@ -23,6 +23,7 @@ pub struct ShardUsage {
 }
 
 /// `used_memory` and `maxmemory` from an `INFO memory` reply.
+#[cfg(feature = "redis-store")]
 pub(crate) fn parse_info_memory(info: &str) -> (u64, u64) {
     let field = |name: &str| {
         info.lines()
@@ -33,7 +34,7 @@ pub(crate) fn parse_info_memory(info: &str) -> (u64, u64) {
     (field("used_memory"), field("maxmemory"))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "redis-store"))]
 mod tests {
     #[test]
     fn info_memory_gives_used_and_max_bytes() {
