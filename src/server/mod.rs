@@ -4,6 +4,7 @@
 //! [`app`] builds the whole router, so tests drive it with `oneshot` and no
 //! socket; [`serve`] binds it.
 
+mod client_logs;
 mod demo;
 mod reload;
 
@@ -12,6 +13,7 @@ use std::net::SocketAddr;
 use axum::Router;
 use axum::routing::{get, post};
 
+pub use client_logs::{CLIENT_LOG_EVERY, ClientLogGate};
 pub use demo::spawn_demo_traffic;
 pub use reload::spawn_reloader;
 
