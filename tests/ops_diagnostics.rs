@@ -402,6 +402,18 @@ async fn one_address_mints_no_more_than_the_daily_ceiling_in_a_whole_day() {
         .build()
         .await
         .expect("limiter");
+    // The store gauges exist from start-up on the memory store too.
+    let metrics = metrics_text();
+    for family in [
+        "ratewatch_store_keys",
+        "ratewatch_store_memory_used_bytes",
+        "ratewatch_store_memory_max_bytes",
+    ] {
+        assert!(
+            gauge(&metrics, family, "memory").is_some(),
+            "{family}{{shard=\"memory\"}} is exported"
+        );
+    }
     let ip: std::net::IpAddr = "203.0.113.8".parse().unwrap();
     let mut admitted = 0u64;
     let mut i = 0u64;
