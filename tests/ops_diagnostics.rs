@@ -518,3 +518,38 @@ async fn client_library_warnings_over_a_cluster_node_loss_are_one_line_per_node_
         "ratewatch's own line is not held back"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_reports_keys_and_memory_of_every_master() {
+    use ratewatch::store::{ClusterStore, Store};
+    let cluster = support::RedisCluster::start();
+    let store = ClusterStore::connect(&StoreSettings {
+        kind: StoreKind::RedisCluster,
+        nodes: cluster.urls(),
+        timeout: Duration::from_millis(500),
+        ..Default::default()
+    })
+    .await
+    .expect("cluster store");
+    let item = ratewatch::store::Item::new(
+        support::identity_key("cluster-usage", "day"),
+        ratewatch::algorithm::Algorithm::FixedWindow {
+            limit: 10,
+            window_us: 86_400_000_000,
+        },
+    );
+    assert!(support::consume(&store, &[item], 1).await.allowed);
+    let usage = support::eventually(Duration::from_secs(10), "every master answers", || {
+        let store = &store;
+        async move {
+            let u = store.usage().await;
+            (u.len() == 3).then_some(u)
+        }
+    })
+    .await;
+    for u in &usage {
+        assert!(u.used_bytes > 0, "{u:?}");
+    }
+    let keys: u64 = usage.iter().map(|u| u.keys).sum();
+    assert!(keys >= 1, "{usage:?}");
+}
