@@ -6,6 +6,7 @@
 //! [`app`] builds the whole router, so tests drive it with `oneshot` and no
 //! socket; [`serve`] binds it.
 
+mod client_logs;
 mod demo;
 
 use std::net::SocketAddr;
@@ -13,6 +14,7 @@ use std::net::SocketAddr;
 use axum::Router;
 use axum::routing::{get, post};
 
+pub use client_logs::{CLIENT_LOG_EVERY, ClientLogGate};
 pub use demo::spawn_demo_traffic;
 
 use crate::Limiter;

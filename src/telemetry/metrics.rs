@@ -158,6 +158,7 @@ pub fn describe() {
         "Always 1; the version label names the ratewatch build."
     );
     super::rls::describe();
+    describe_store_usage();
 }
 
 /// A builder with ratewatch's histogram buckets, for a global or a local
@@ -405,6 +406,7 @@ pub fn register_at_zero(policy: &Policy) {
     super::lease::register_at_zero();
     super::rls::register_policy(policy);
     let shards = configured_shards(policy);
+    register_store_usage_at_zero(&shards);
     let redis_shards: Vec<&String> = shards.iter().filter(|s| *s != "memory").collect();
     let mut policies: Vec<FailurePolicy> = vec![policy.resilience.on_store_failure];
     for r in &policy.routes {
@@ -590,4 +592,50 @@ pub fn init_identity_metrics() {
 /// Counts one answer naming a tier the policy does not define.
 pub fn record_unknown_tier(source: &'static str) {
     counter!(UNKNOWN_TIER_TOTAL, LABEL_SOURCE => source).increment(1);
+}
+
+// ---- What the store holds (keys and memory per shard) ----------------------
+
+/// Keys per shard, sampled every [`STORE_USAGE_EVERY`]: Redis `DBSIZE` (every
+/// key of the database) or live memory-store entries: gauge {shard}.
+pub const STORE_KEYS: &str = "ratewatch_store_keys";
+/// Redis `used_memory` per shard, sampled: gauge {shard}, bytes (0 for the
+/// memory store).
+pub const STORE_MEMORY_USED_BYTES: &str = "ratewatch_store_memory_used_bytes";
+/// Redis `maxmemory` per shard, sampled: gauge {shard}, bytes (0: no limit,
+/// and for the memory store).
+pub const STORE_MEMORY_MAX_BYTES: &str = "ratewatch_store_memory_max_bytes";
+
+/// How often the store's keys and memory are sampled.
+pub const STORE_USAGE_EVERY: Duration = Duration::from_secs(5);
+
+fn describe_store_usage() {
+    describe_gauge!(
+        STORE_KEYS,
+        "Keys the store holds, by shard (Redis DBSIZE, or live memory-store entries), sampled."
+    );
+    describe_gauge!(
+        STORE_MEMORY_USED_BYTES,
+        Unit::Bytes,
+        "Redis used_memory by shard, sampled (0 for the memory store)."
+    );
+    describe_gauge!(
+        STORE_MEMORY_MAX_BYTES,
+        Unit::Bytes,
+        "Redis maxmemory by shard (0: no limit, or the memory store), sampled."
+    );
+}
+
+/// Sets the store gauges of one shard.
+pub fn record_store_usage(shard: &str, keys: u64, used_bytes: u64, max_bytes: u64) {
+    gauge!(STORE_KEYS, LABEL_SHARD => shard.to_owned()).set(keys as f64);
+    gauge!(STORE_MEMORY_USED_BYTES, LABEL_SHARD => shard.to_owned()).set(used_bytes as f64);
+    gauge!(STORE_MEMORY_MAX_BYTES, LABEL_SHARD => shard.to_owned()).set(max_bytes as f64);
+}
+
+/// The store gauges of every configured shard, at zero until sampled.
+fn register_store_usage_at_zero(shards: &[String]) {
+    for shard in shards {
+        record_store_usage(shard, 0, 0, 0);
+    }
 }
