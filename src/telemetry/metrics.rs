@@ -101,6 +101,8 @@ pub enum DropReason {
     Error,
     /// More distinct label combinations in one interval than the cap.
     Overflow,
+    /// Batches kept while Redis was away outgrew their cap; the oldest went.
+    BufferFull,
 }
 
 impl DropReason {
@@ -110,6 +112,7 @@ impl DropReason {
             DropReason::Timeout => "timeout",
             DropReason::Error => "error",
             DropReason::Overflow => "overflow",
+            DropReason::BufferFull => "buffer_full",
         }
     }
 }
@@ -444,7 +447,12 @@ pub fn register_at_zero(policy: &Policy) {
     for shard in evicting {
         counter!(STORE_EVICTIONS_TOTAL, LABEL_SHARD => shard.clone()).increment(0);
     }
-    for reason in [DropReason::Timeout, DropReason::Error, DropReason::Overflow] {
+    for reason in [
+        DropReason::Timeout,
+        DropReason::Error,
+        DropReason::Overflow,
+        DropReason::BufferFull,
+    ] {
         counter!(TELEMETRY_DROPPED_TOTAL, LABEL_REASON => reason.as_str()).increment(0);
     }
     let routes: Vec<String> = policy
