@@ -167,3 +167,40 @@ async fn every_family_a_board_or_rule_uses_exists_at_start_up_on_every_store() {
          redis store {on_redis:?}"
     );
 }
+
+#[test]
+fn boards_ask_for_their_datasource_at_import_and_runbooks_start_at_a_configurable_base() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("dashboards");
+    for board in ["ratewatch-overview.json", "ratewatch-redis.json"] {
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(board)).unwrap()).unwrap();
+        let input = &json["__inputs"][0];
+        assert_eq!(input["type"], "datasource", "{board}");
+        assert_eq!(input["pluginId"], "prometheus", "{board}");
+        let name = input["name"].as_str().unwrap();
+        let var = json["templating"]["list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "datasource")
+            .unwrap();
+        assert_eq!(
+            var["current"]["value"],
+            format!("${{{name}}}"),
+            "{board}: the import's choice is the variable's default"
+        );
+    }
+    let alerts = std::fs::read_to_string(dir.join("alerts.yml")).unwrap();
+    let urls: Vec<&str> = alerts
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("runbook_url:"))
+        .collect();
+    assert!(!urls.is_empty());
+    for url in urls {
+        assert!(
+            url.trim()
+                .starts_with("\"{{ $externalLabels.runbook_base }}/docs/operations.md#"),
+            "runbook_url {url} is not built from the runbook_base external label"
+        );
+    }
+}
