@@ -39,8 +39,21 @@ pub fn app(limiter: Limiter) -> Router {
         ))
         .with_state(limiter.clone());
     #[cfg(feature = "dashboard")]
-    let router = router.nest("/dashboard", limiter.dashboard());
+    let router = router
+        .nest("/dashboard", limiter.dashboard())
+        // A nested router's `/` answers `/dashboard` only; `/dashboard/` is
+        // the same page, so it redirects there, keeping the query.
+        .route("/dashboard/", get(dashboard_slash));
     router
+}
+
+#[cfg(feature = "dashboard")]
+async fn dashboard_slash(q: axum::extract::RawQuery) -> axum::response::Redirect {
+    let to = match q.0 {
+        Some(q) if !q.is_empty() => format!("/dashboard?{q}"),
+        _ => "/dashboard".to_owned(),
+    };
+    axum::response::Redirect::permanent(&to)
 }
 
 /// Serves `app(limiter)` on `listen`, and with `grpc` the rate limit

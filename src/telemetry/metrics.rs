@@ -101,6 +101,8 @@ pub enum DropReason {
     Error,
     /// More distinct label combinations in one interval than the cap.
     Overflow,
+    /// Batches kept while Redis was away outgrew their cap; the oldest went.
+    BufferFull,
 }
 
 impl DropReason {
@@ -110,6 +112,7 @@ impl DropReason {
             DropReason::Timeout => "timeout",
             DropReason::Error => "error",
             DropReason::Overflow => "overflow",
+            DropReason::BufferFull => "buffer_full",
         }
     }
 }
@@ -395,10 +398,10 @@ fn url_host_port(url: &str) -> String {
 
 /// Creates, at zero, every series whose labels are known at start-up, so
 /// Grafana shows 0 rather than "No data" and `rate()` sees the first
-/// increment: per configured Redis shard the breaker state (closed) and
-/// trips, script reloads, and fallbacks for every reason and every failure
-/// policy the policy uses; memory-store evictions (the memory store, or
-/// each Redis shard's local fallback store when a policy is `local`);
+/// increment: per configured shard (the memory store's too, so every
+/// family a shipped board or rule uses exists on every store) the breaker
+/// state (closed) and trips, script reloads, fallbacks for every reason
+/// and every failure policy the policy uses, and evictions;
 /// telemetry drops per reason; limits exceeded per
 /// tier and limit; decisions per tier, route, shard and outcome (up to
 /// [`MAX_ZERO_DECISION_SERIES`]); and the round-trip histogram per shard.
@@ -416,10 +419,14 @@ pub fn register_at_zero(policy: &Policy) {
             }
         }
     }
-    for shard in &redis_shards {
-        let shard = (*shard).clone();
+    // The memory shard too: it has no breaker and never falls back, but a
+    // shipped board or rule must find every family it uses, at zero.
+    for shard in &shards {
+        let shard = shard.clone();
         gauge!(BREAKER_STATE, LABEL_SHARD => shard.clone()).set(0.0);
-        super::aggregate::note_breaker_state(&shard, 0);
+        if redis_shards.contains(&&shard) {
+            super::aggregate::note_breaker_state(&shard, 0);
+        }
         counter!(BREAKER_TRIPS_TOTAL, LABEL_SHARD => shard.clone()).increment(0);
         counter!(SCRIPT_RELOADS_TOTAL, LABEL_SHARD => shard.clone()).increment(0);
         for reason in [
@@ -442,17 +449,18 @@ pub fn register_at_zero(policy: &Policy) {
             let _ = metrics::histogram!(REDIS_RTT_SECONDS, LABEL_SHARD => shard.clone(), LABEL_OP => op.as_str());
         }
     }
-    // Evictions: the memory store, or the local fallback's store of every
-    // Redis shard when a route falls back locally.
-    let evicting: Vec<&String> = if policies.contains(&FailurePolicy::Local) {
-        shards.iter().collect()
-    } else {
-        shards.iter().filter(|s| *s == "memory").collect()
-    };
-    for shard in evicting {
+    // Evictions: the memory store, or the local fallback's store of a
+    // Redis shard (0 while no route falls back locally), so the boards'
+    // eviction panels and rules see the family on every store.
+    for shard in &shards {
         counter!(STORE_EVICTIONS_TOTAL, LABEL_SHARD => shard.clone()).increment(0);
     }
-    for reason in [DropReason::Timeout, DropReason::Error, DropReason::Overflow] {
+    for reason in [
+        DropReason::Timeout,
+        DropReason::Error,
+        DropReason::Overflow,
+        DropReason::BufferFull,
+    ] {
         counter!(TELEMETRY_DROPPED_TOTAL, LABEL_REASON => reason.as_str()).increment(0);
     }
     let routes: Vec<String> = policy
