@@ -59,12 +59,19 @@ struct ServeArgs {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
+    use tracing_subscriber::prelude::*;
+    // The Redis client library's warnings are held to one line per node
+    // per interval: a lost cluster node otherwise writes hundreds a second.
+    tracing_subscriber::registry()
+        .with(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info,ratewatch=info".into()),
         )
-        .with_writer(std::io::stderr)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(ratewatch::server::ClientLogGate::default()),
+        )
         .init();
     let cli = Cli::parse();
     match cli.command {

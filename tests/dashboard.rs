@@ -178,6 +178,24 @@ async fn the_dashboard_refuses_remote_peers_and_requires_its_token() {
         get(open.clone(), "127.0.0.1:5000", None, "/dashboard").await,
         200
     );
+    // With a trailing slash: the same page, by a permanent redirect.
+    assert_eq!(
+        get(open.clone(), "127.0.0.1:5000", None, "/dashboard/").await,
+        308
+    );
+    let res = open
+        .clone()
+        .layer(MockConnectInfo(
+            "127.0.0.1:5000".parse::<SocketAddr>().unwrap(),
+        ))
+        .oneshot(
+            Request::get("/dashboard/?range=1h")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.headers()["location"], "/dashboard?range=1h");
     assert_eq!(
         get(open.clone(), "203.0.113.9:5000", None, "/dashboard").await,
         403

@@ -36,6 +36,9 @@ const METRICS: [&str; 22] = [
     "ratewatch_rls_decisions_total",
     "ratewatch_rls_request_duration_seconds",
     "ratewatch_rls_errors_total",
+    "ratewatch_store_keys",
+    "ratewatch_store_memory_used_bytes",
+    "ratewatch_store_memory_max_bytes",
 ];
 
 const HISTOGRAMS: [&str; 3] = [
@@ -46,7 +49,7 @@ const HISTOGRAMS: [&str; 3] = [
 
 const DATASOURCE_UID: &str = "${datasource}";
 
-const ALERTS: [&str; 9] = [
+const ALERTS: [&str; 11] = [
     "RatewatchFailOpenRateHigh",
     "RatewatchBreakerOpen",
     "RatewatchRedisSlow",
@@ -56,6 +59,8 @@ const ALERTS: [&str; 9] = [
     "RatewatchHotShard",
     "RatewatchPolicyReloadFailed",
     "RatewatchRlsErrors",
+    "RatewatchStoreMemoryHigh",
+    "RatewatchStoreKeysGrowing",
 ];
 
 fn dashboards_dir() -> PathBuf {
@@ -807,6 +812,38 @@ fn exposition(t: f64) -> String {
         "Memory-store entries evicted at max_entries.",
         &[(r#"shard="127.0.0.1:6380""#, 5.0 * t)],
     );
+    // A store with room to spare: keys steady, a tenth of maxmemory on one
+    // shard, no maxmemory on the other (its memory alert has no sample).
+    family(
+        &mut s,
+        "ratewatch_store_keys",
+        "gauge",
+        "Keys the store holds.",
+        &[
+            (r#"shard="127.0.0.1:6379""#, 120_000.0),
+            (r#"shard="127.0.0.1:6380""#, 80_000.0),
+        ],
+    );
+    family(
+        &mut s,
+        "ratewatch_store_memory_used_bytes",
+        "gauge",
+        "Redis used_memory.",
+        &[
+            (r#"shard="127.0.0.1:6379""#, 10_000_000.0),
+            (r#"shard="127.0.0.1:6380""#, 8_000_000.0),
+        ],
+    );
+    family(
+        &mut s,
+        "ratewatch_store_memory_max_bytes",
+        "gauge",
+        "Redis maxmemory.",
+        &[
+            (r#"shard="127.0.0.1:6379""#, 100_000_000.0),
+            (r#"shard="127.0.0.1:6380""#, 0.0),
+        ],
+    );
     family(
         &mut s,
         "ratewatch_telemetry_dropped_total",
@@ -1129,8 +1166,8 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_evaluates_every_ale
     assert_eq!(names, BTreeSet::from(ALERTS));
     assert_eq!(
         rules.len(),
-        10,
-        "two fail-open severities and eight other alerts"
+        12,
+        "two fail-open severities and ten other alerts"
     );
 
     // Every alert the exposition calls for is pending (none can have

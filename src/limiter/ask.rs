@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Limiter;
-use crate::resilience::Change;
+use crate::resilience::{BreakerState, Change};
 use crate::store::{Batch, Charge, StoreDecision, StoreError};
 use crate::telemetry::FallbackReason;
 
@@ -136,13 +136,15 @@ impl Limiter {
                 inner.store.decide(batch).await.map(|d| (d, None))
             }
         };
+        // The error goes to the breakers, whose log lines name it
+        // (`last_error="tls: invalid peer certificate ..."`).
         let result = match tokio::time::timeout(budget, decide).await {
             Ok(Ok(d)) => Ok(d),
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "store could not decide");
-                Err((reason_of(&e), e.shard().cloned()))
+                Err((reason_of(&e), e.shard().cloned(), e))
             }
-            Err(_) => Err((FallbackReason::Timeout, None)),
+            Err(_) => Err((FallbackReason::Timeout, None, StoreError::Timeout)),
         };
         for permit in permits {
             let shard = permit.shard().clone();
@@ -152,13 +154,26 @@ impl Limiter {
             // counts against every shard asked.
             let ok = match &result {
                 Ok(_) => true,
-                Err((_, Some(failed))) if *failed != shard => continue,
-                Err(_) => false,
+                Err((_, Some(failed), _)) if *failed != shard => continue,
+                Err((_, _, e)) => {
+                    breakers.note_error(&shard, e);
+                    false
+                }
             };
             match permit.report(ok) {
+                // A failed probe: the shard stayed down, which is no new
+                // trip (neither counted nor logged as one).
+                Change::Tripped(trip) if trip.from != BreakerState::Closed => {
+                    breakers.still_down(&shard);
+                }
                 Change::Tripped(trip) => {
                     inner.telemetry.record_breaker_trip(&shard);
-                    tracing::warn!(%shard, reason = ?trip.reason, "circuit breaker opened");
+                    tracing::warn!(
+                        %shard,
+                        reason = ?trip.reason,
+                        last_error = breakers.last_error(&shard).as_str(),
+                        "circuit breaker opened"
+                    );
                 }
                 Change::Closed => {
                     // Back to the store after a successful probe. The
@@ -170,7 +185,7 @@ impl Limiter {
                 Change::None => {}
             }
         }
-        result.map_err(|(reason, failed)| StoreFailure {
+        result.map_err(|(reason, failed, _)| StoreFailure {
             reason,
             breaker_wait: None,
             shard: failed.or_else(|| shards.first().cloned()),

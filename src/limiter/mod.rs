@@ -176,6 +176,7 @@ impl LimiterBuilder {
         // After the recorder: the store's counts exist at zero from here on.
         let observer: Arc<dyn crate::store::StoreObserver> = Arc::new(StoreMetrics);
         store.observe(observer.clone());
+        store_metrics::sample_usage(&store);
         let breakers = (store.kind() != "memory").then(|| {
             let breakers = ShardBreakers::with_probes(
                 policy.resilience.breaker,

@@ -36,10 +36,11 @@
 //! ```
 
 mod breaker;
+mod log_gate;
 mod permit;
 mod probe;
 mod shards;
 
 pub use breaker::{Breaker, BreakerState, Permit, Refused, Transition, Trip, TripReason};
 pub use permit::PermitGuard;
-pub use shards::{BreakerObserver, Change, ShardBreakers};
+pub use shards::{BreakerObserver, Change, STILL_DOWN_LOG_EVERY, ShardBreakers};

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::Change;
 use super::shards::{ShardBreakers, Shared};
+use crate::store::StoreError;
 
 /// Starts `shard`'s probe task unless it runs already or the breakers have
 /// no prober (or there is no runtime: requests then probe once the check is
@@ -62,20 +63,23 @@ async fn run(shared: Weak<Shared>, shard: Arc<str>) {
         let Some((store, budget)) = breakers.shared.prober.clone() else {
             return;
         };
-        let ok = match tokio::time::timeout(budget, store.probe(&shard)).await {
-            Ok(Ok(())) => true,
-            Ok(Err(e)) => {
-                tracing::debug!(%shard, error = %e, "health probe failed");
-                false
-            }
-            Err(_) => {
-                tracing::debug!(%shard, ?budget, "health probe timed out");
-                false
-            }
+        let failed = match tokio::time::timeout(budget, store.probe(&shard)).await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e),
+            Err(_) => Some(StoreError::Timeout),
         };
-        match guard.report(ok) {
+        if let Some(error) = &failed {
+            tracing::debug!(%shard, last_error = %error.summary(), "health probe failed");
+            breakers.note_error(&shard, error);
+        }
+        match guard.report(failed.is_none()) {
             Change::Closed => tracing::info!(%shard, "circuit breaker closed after a health probe"),
-            Change::Tripped(_) => breakers.note_probe_trip(&shard),
+            Change::Tripped(_) => {
+                // The shard stays down: not a new trip, and one line per
+                // interval at most, naming what the probe ran into.
+                breakers.note_probe_trip(&shard);
+                breakers.still_down(&shard);
+            }
             Change::None => {}
         }
     }

@@ -12,11 +12,12 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
+use super::log_gate::LogGate;
 use super::permit::PermitGuard;
 use super::{Breaker, BreakerState, Permit, Refused, Trip};
 use crate::clock::{Clock, Micros, SystemClock};
 use crate::policy::BreakerSettings;
-use crate::store::Store;
+use crate::store::{ErrorClass, Store, StoreError};
 
 /// Hears what the breakers do, so that telemetry can show it while
 /// resilience knows nothing of telemetry (the limiter plugs one in).
@@ -26,9 +27,12 @@ pub trait BreakerObserver: Send + Sync + 'static {
     /// a shard is first seen).
     fn state(&self, shard: &str, state: BreakerState);
 
-    /// `shard`'s breaker opened after a failed health probe (a trip
-    /// reported by a request is the caller's to count).
-    fn probe_tripped(&self, shard: &str);
+    /// A health probe of `shard` failed: the shard is still down and its
+    /// breaker stays open. This is not a new trip (a trip is closed ->
+    /// open, which the caller that reported it counts); nothing by default.
+    fn probe_tripped(&self, shard: &str) {
+        let _ = shard;
+    }
 }
 
 /// What a report changed.
@@ -59,7 +63,15 @@ pub(super) struct Shared {
     pub(super) probing: Mutex<HashSet<Arc<str>>>,
     /// Who hears of state changes, once set.
     observer: std::sync::OnceLock<Arc<dyn BreakerObserver>>,
+    /// Keeps "still down" lines to one per shard per interval.
+    still_down: LogGate,
+    /// Per shard, the most telling store error since its last success.
+    errors: Mutex<HashMap<Arc<str>, (ErrorClass, String)>>,
 }
+
+/// At most one "still down" line per shard this often while its breaker
+/// stays open (the line that it opened always goes).
+pub const STILL_DOWN_LOG_EVERY: Duration = Duration::from_secs(10);
 
 impl std::fmt::Debug for ShardBreakers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -115,6 +127,8 @@ impl ShardBreakers {
                 prober,
                 probing: Mutex::new(HashSet::new()),
                 observer: std::sync::OnceLock::new(),
+                still_down: LogGate::new(STILL_DOWN_LOG_EVERY.as_micros() as u64),
+                errors: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -135,6 +149,49 @@ impl ShardBreakers {
     pub(super) fn note_probe_trip(&self, shard: &str) {
         if let Some(o) = self.shared.observer.get() {
             o.probe_tripped(shard);
+        }
+    }
+
+    /// Remembers that a call to `shard` failed with `error`, before its
+    /// outcome is reported: the breaker's log lines name it. A telling
+    /// error ([`ErrorClass::is_telling`]) is not replaced by a vague one
+    /// (a broken pipe after Redis refused an unauthenticated command), so
+    /// the line says where to look; otherwise the latest error wins.
+    pub fn note_error(&self, shard: &Arc<str>, error: &StoreError) {
+        let class = error.class();
+        let mut errors = self.shared.errors.lock();
+        match errors.get(shard) {
+            Some((kept, _)) if kept.is_telling() && !class.is_telling() => {}
+            _ => {
+                errors.insert(shard.clone(), (class, error.summary()));
+            }
+        }
+    }
+
+    /// The error [`ShardBreakers::note_error`] kept for `shard` since its
+    /// last success, as `<class>: <message>`; `error` if none was noted.
+    pub fn last_error(&self, shard: &Arc<str>) -> String {
+        self.shared
+            .errors
+            .lock()
+            .get(shard)
+            .map_or_else(|| "error".to_owned(), |(_, summary)| summary.clone())
+    }
+
+    /// `shard` is still down: a probe (a health check, or a request where
+    /// requests probe) failed and the breaker opened again. Logged at WARN
+    /// with [`ShardBreakers::last_error`] at most once per
+    /// [`STILL_DOWN_LOG_EVERY`] per shard, with the number of failed probes
+    /// the line stands for. Never counted as a trip.
+    pub fn still_down(&self, shard: &Arc<str>) {
+        if let Some(held_back) = self.shared.still_down.admit(shard, self.now()) {
+            let last_error = self.last_error(shard);
+            tracing::warn!(
+                %shard,
+                last_error = last_error.as_str(),
+                failed_probes = held_back + 1,
+                "store shard still down; circuit breaker stays open"
+            );
         }
     }
 
@@ -213,10 +270,14 @@ impl ShardBreakers {
     pub fn report(&self, shard: &Arc<str>, permit: Permit, ok: bool, now: Micros) -> Change {
         let breaker = self.breaker(shard);
         let mut b = breaker.lock();
+        if ok {
+            self.shared.errors.lock().remove(shard);
+        }
         let change = if ok {
             match b.on_success(permit, now) {
                 Some(t) if t.to == BreakerState::Closed => {
                     self.note(shard, t.to);
+                    self.shared.still_down.forget(shard);
                     Change::Closed
                 }
                 Some(t) => {
@@ -229,6 +290,11 @@ impl ShardBreakers {
             match b.on_failure(permit, now) {
                 Some(trip) => {
                     self.note(shard, BreakerState::Open);
+                    if trip.from == BreakerState::Closed {
+                        // The caller logs the trip: the next "still down"
+                        // line waits a whole interval from it.
+                        self.shared.still_down.wrote(shard, now);
+                    }
                     Change::Tripped(trip)
                 }
                 None => Change::None,

@@ -6,6 +6,7 @@
 //! [`app`] builds the whole router, so tests drive it with `oneshot` and no
 //! socket; [`serve`] binds it.
 
+mod client_logs;
 mod demo;
 
 use std::net::SocketAddr;
@@ -13,6 +14,7 @@ use std::net::SocketAddr;
 use axum::Router;
 use axum::routing::{get, post};
 
+pub use client_logs::{CLIENT_LOG_EVERY, ClientLogGate};
 pub use demo::spawn_demo_traffic;
 
 use crate::Limiter;
@@ -37,8 +39,21 @@ pub fn app(limiter: Limiter) -> Router {
         ))
         .with_state(limiter.clone());
     #[cfg(feature = "dashboard")]
-    let router = router.nest("/dashboard", limiter.dashboard());
+    let router = router
+        .nest("/dashboard", limiter.dashboard())
+        // A nested router's `/` answers `/dashboard` only; `/dashboard/` is
+        // the same page, so it redirects there, keeping the query.
+        .route("/dashboard/", get(dashboard_slash));
     router
+}
+
+#[cfg(feature = "dashboard")]
+async fn dashboard_slash(q: axum::extract::RawQuery) -> axum::response::Redirect {
+    let to = match q.0 {
+        Some(q) if !q.is_empty() => format!("/dashboard?{q}"),
+        _ => "/dashboard".to_owned(),
+    };
+    axum::response::Redirect::permanent(&to)
 }
 
 /// Serves `app(limiter)` on `listen`, and with `grpc` the rate limit

@@ -502,6 +502,43 @@ impl Store for ClusterStore {
         }
     }
 
+    async fn usage(&self) -> Vec<super::ShardUsage> {
+        let budget = (self.timeout * 4).max(Duration::from_millis(200));
+        let asks = self.masters().into_iter().map(|master| async move {
+            let (host, port) = master.rsplit_once(':')?;
+            let routing = || {
+                redis::cluster_routing::RoutingInfo::SingleNode(
+                    redis::cluster_routing::SingleNodeRoutingInfo::ByAddress {
+                        host: host.to_owned(),
+                        port: port.parse().unwrap_or(0),
+                    },
+                )
+            };
+            let mut conn = self.conn.read().clone();
+            let ask = async {
+                let keys = conn
+                    .route_command(redis::cmd("DBSIZE"), routing())
+                    .await
+                    .ok()?;
+                let mut info = redis::cmd("INFO");
+                info.arg("memory");
+                let info = conn.route_command(info, routing()).await.ok()?;
+                let keys: u64 = redis::from_redis_value(keys).ok()?;
+                let info: String = redis::from_redis_value(info).ok()?;
+                Some((keys, info))
+            };
+            let (keys, info) = tokio::time::timeout(budget, ask).await.ok()??;
+            let (used_bytes, max_bytes) = super::usage::parse_info_memory(&info);
+            Some(super::ShardUsage {
+                shard: master,
+                keys,
+                used_bytes,
+                max_bytes,
+            })
+        });
+        join_all(asks).await.into_iter().flatten().collect()
+    }
+
     fn kind(&self) -> &'static str {
         "redis-cluster"
     }

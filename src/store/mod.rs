@@ -36,13 +36,15 @@ mod script;
 mod sentinel;
 #[cfg(feature = "redis-store")]
 pub(crate) mod tls;
+mod usage;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use charge::Charge;
-pub use error::StoreError;
+pub use error::{ErrorClass, StoreError};
 pub use memory::MemoryStore;
+pub use usage::ShardUsage;
 
 #[cfg(feature = "redis-store")]
 pub use self::redis::{DEFAULT_URL as DEFAULT_REDIS_URL, RedisStore};
@@ -246,6 +248,13 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<(), StoreError> {
         let _ = (items, charge, units);
         Ok(())
+    }
+
+    /// Keys and memory per shard now, for the `ratewatch_store_*` gauges.
+    /// Called off the request path; a shard that cannot answer is left
+    /// out. The default knows nothing.
+    async fn usage(&self) -> Vec<ShardUsage> {
+        Vec::new()
     }
 
     /// Tells the store whom to report to besides its decisions (script

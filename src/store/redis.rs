@@ -153,6 +153,29 @@ impl RedisStore {
         Ok(())
     }
 
+    /// `DBSIZE` and `INFO memory` of this node, within a few decision
+    /// budgets; `None` if it does not answer.
+    pub(crate) async fn node_usage(&self) -> Option<super::ShardUsage> {
+        let mut conn = self.conn.read().clone();
+        let ask = async {
+            let keys: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
+            let info: String = redis::cmd("INFO")
+                .arg("memory")
+                .query_async(&mut conn)
+                .await?;
+            Ok::<_, redis::RedisError>((keys, info))
+        };
+        let budget = (self.timeout * 4).max(MIN_CONNECT_TIMEOUT);
+        let (keys, info) = tokio::time::timeout(budget, ask).await.ok()?.ok()?;
+        let (used_bytes, max_bytes) = super::usage::parse_info_memory(&info);
+        Some(super::ShardUsage {
+            shard: self.shard.clone(),
+            keys,
+            used_bytes,
+            max_bytes,
+        })
+    }
+
     async fn run(&self, batch: &Batch<'_>) -> Result<StoreDecision, StoreError> {
         self.run_charged(batch, false).await.map(|(d, _)| d)
     }
@@ -277,6 +300,10 @@ impl Store for RedisStore {
 
     async fn probe(&self, _shard: &Arc<str>) -> Result<(), StoreError> {
         self.probe_node().await
+    }
+
+    async fn usage(&self) -> Vec<super::ShardUsage> {
+        self.node_usage().await.into_iter().collect()
     }
 
     fn observe(&self, observer: Arc<dyn super::StoreObserver>) {

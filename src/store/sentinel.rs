@@ -261,6 +261,13 @@ impl Store for SentinelStore {
         "redis-sentinel"
     }
 
+    async fn usage(&self) -> Vec<super::ShardUsage> {
+        match self.current() {
+            Some(master) => master.node_usage().await.into_iter().collect(),
+            None => Vec::new(),
+        }
+    }
+
     fn observe(&self, observer: Arc<dyn super::StoreObserver>) {
         // One counter for every master, so reloads after a failover count.
         self.inner.reloads.observe(observer);

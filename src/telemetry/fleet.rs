@@ -137,6 +137,16 @@ pub struct ViewSource {
     pub kind: &'static str,
     /// Set while the fleet view in Redis does not answer.
     pub fleet_unavailable: Option<Unavailable>,
+    /// Events this instance flushed that the fleet view in Redis has not
+    /// taken yet: kept, and written into their original buckets when it
+    /// answers again (0 without Redis).
+    pub unflushed_events: u64,
+    /// The 10 s buckets those events belong to.
+    pub unflushed_buckets: usize,
+    /// Events this instance dropped since start because more than an
+    /// hour of buckets waited for Redis (also in
+    /// `ratewatch_telemetry_dropped_total{reason="buffer_full"}`).
+    pub dropped_events: u64,
 }
 
 /// Why the fleet view is not shown.

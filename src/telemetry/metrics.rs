@@ -101,6 +101,8 @@ pub enum DropReason {
     Error,
     /// More distinct label combinations in one interval than the cap.
     Overflow,
+    /// Batches kept while Redis was away outgrew their cap; the oldest went.
+    BufferFull,
 }
 
 impl DropReason {
@@ -110,6 +112,7 @@ impl DropReason {
             DropReason::Timeout => "timeout",
             DropReason::Error => "error",
             DropReason::Overflow => "overflow",
+            DropReason::BufferFull => "buffer_full",
         }
     }
 }
@@ -158,6 +161,7 @@ pub fn describe() {
         "Always 1; the version label names the ratewatch build."
     );
     super::rls::describe();
+    describe_store_usage();
 }
 
 /// A builder with ratewatch's histogram buckets, for a global or a local
@@ -394,10 +398,10 @@ fn url_host_port(url: &str) -> String {
 
 /// Creates, at zero, every series whose labels are known at start-up, so
 /// Grafana shows 0 rather than "No data" and `rate()` sees the first
-/// increment: per configured Redis shard the breaker state (closed) and
-/// trips, script reloads, and fallbacks for every reason and every failure
-/// policy the policy uses; memory-store evictions (the memory store, or
-/// each Redis shard's local fallback store when a policy is `local`);
+/// increment: per configured shard (the memory store's too, so every
+/// family a shipped board or rule uses exists on every store) the breaker
+/// state (closed) and trips, script reloads, fallbacks for every reason
+/// and every failure policy the policy uses, and evictions;
 /// telemetry drops per reason; limits exceeded per
 /// tier and limit; decisions per tier, route, shard and outcome (up to
 /// [`MAX_ZERO_DECISION_SERIES`]); and the round-trip histogram per shard.
@@ -405,6 +409,7 @@ pub fn register_at_zero(policy: &Policy) {
     super::lease::register_at_zero();
     super::rls::register_policy(policy);
     let shards = configured_shards(policy);
+    register_store_usage_at_zero(&shards);
     let redis_shards: Vec<&String> = shards.iter().filter(|s| *s != "memory").collect();
     let mut policies: Vec<FailurePolicy> = vec![policy.resilience.on_store_failure];
     for r in &policy.routes {
@@ -414,10 +419,14 @@ pub fn register_at_zero(policy: &Policy) {
             }
         }
     }
-    for shard in &redis_shards {
-        let shard = (*shard).clone();
+    // The memory shard too: it has no breaker and never falls back, but a
+    // shipped board or rule must find every family it uses, at zero.
+    for shard in &shards {
+        let shard = shard.clone();
         gauge!(BREAKER_STATE, LABEL_SHARD => shard.clone()).set(0.0);
-        super::aggregate::note_breaker_state(&shard, 0);
+        if redis_shards.contains(&&shard) {
+            super::aggregate::note_breaker_state(&shard, 0);
+        }
         counter!(BREAKER_TRIPS_TOTAL, LABEL_SHARD => shard.clone()).increment(0);
         counter!(SCRIPT_RELOADS_TOTAL, LABEL_SHARD => shard.clone()).increment(0);
         for reason in [
@@ -440,17 +449,18 @@ pub fn register_at_zero(policy: &Policy) {
             let _ = metrics::histogram!(REDIS_RTT_SECONDS, LABEL_SHARD => shard.clone(), LABEL_OP => op.as_str());
         }
     }
-    // Evictions: the memory store, or the local fallback's store of every
-    // Redis shard when a route falls back locally.
-    let evicting: Vec<&String> = if policies.contains(&FailurePolicy::Local) {
-        shards.iter().collect()
-    } else {
-        shards.iter().filter(|s| *s == "memory").collect()
-    };
-    for shard in evicting {
+    // Evictions: the memory store, or the local fallback's store of a
+    // Redis shard (0 while no route falls back locally), so the boards'
+    // eviction panels and rules see the family on every store.
+    for shard in &shards {
         counter!(STORE_EVICTIONS_TOTAL, LABEL_SHARD => shard.clone()).increment(0);
     }
-    for reason in [DropReason::Timeout, DropReason::Error, DropReason::Overflow] {
+    for reason in [
+        DropReason::Timeout,
+        DropReason::Error,
+        DropReason::Overflow,
+        DropReason::BufferFull,
+    ] {
         counter!(TELEMETRY_DROPPED_TOTAL, LABEL_REASON => reason.as_str()).increment(0);
     }
     let routes: Vec<String> = policy
@@ -590,4 +600,50 @@ pub fn init_identity_metrics() {
 /// Counts one answer naming a tier the policy does not define.
 pub fn record_unknown_tier(source: &'static str) {
     counter!(UNKNOWN_TIER_TOTAL, LABEL_SOURCE => source).increment(1);
+}
+
+// ---- What the store holds (keys and memory per shard) ----------------------
+
+/// Keys per shard, sampled every [`STORE_USAGE_EVERY`]: Redis `DBSIZE` (every
+/// key of the database) or live memory-store entries: gauge {shard}.
+pub const STORE_KEYS: &str = "ratewatch_store_keys";
+/// Redis `used_memory` per shard, sampled: gauge {shard}, bytes (0 for the
+/// memory store).
+pub const STORE_MEMORY_USED_BYTES: &str = "ratewatch_store_memory_used_bytes";
+/// Redis `maxmemory` per shard, sampled: gauge {shard}, bytes (0: no limit,
+/// and for the memory store).
+pub const STORE_MEMORY_MAX_BYTES: &str = "ratewatch_store_memory_max_bytes";
+
+/// How often the store's keys and memory are sampled.
+pub const STORE_USAGE_EVERY: Duration = Duration::from_secs(5);
+
+fn describe_store_usage() {
+    describe_gauge!(
+        STORE_KEYS,
+        "Keys the store holds, by shard (Redis DBSIZE, or live memory-store entries), sampled."
+    );
+    describe_gauge!(
+        STORE_MEMORY_USED_BYTES,
+        Unit::Bytes,
+        "Redis used_memory by shard, sampled (0 for the memory store)."
+    );
+    describe_gauge!(
+        STORE_MEMORY_MAX_BYTES,
+        Unit::Bytes,
+        "Redis maxmemory by shard (0: no limit, or the memory store), sampled."
+    );
+}
+
+/// Sets the store gauges of one shard.
+pub fn record_store_usage(shard: &str, keys: u64, used_bytes: u64, max_bytes: u64) {
+    gauge!(STORE_KEYS, LABEL_SHARD => shard.to_owned()).set(keys as f64);
+    gauge!(STORE_MEMORY_USED_BYTES, LABEL_SHARD => shard.to_owned()).set(used_bytes as f64);
+    gauge!(STORE_MEMORY_MAX_BYTES, LABEL_SHARD => shard.to_owned()).set(max_bytes as f64);
+}
+
+/// The store gauges of every configured shard, at zero until sampled.
+fn register_store_usage_at_zero(shards: &[String]) {
+    for shard in shards {
+        record_store_usage(shard, 0, 0, 0);
+    }
 }

@@ -45,6 +45,8 @@ pub mod lease;
 mod memory_view;
 pub mod metrics;
 #[cfg(feature = "redis-store")]
+mod pending;
+#[cfg(feature = "redis-store")]
 mod redis_sink;
 pub mod rls;
 mod series;
@@ -128,7 +130,7 @@ enum Sink {
     /// The in-process view is the fleet (memory store).
     Memory,
     #[cfg(feature = "redis-store")]
-    Redis(redis_sink::RedisSink),
+    Redis(Box<redis_sink::RedisSink>),
 }
 
 struct Inner {
@@ -202,14 +204,19 @@ impl Telemetry {
 
     /// The fleet view in Redis, shared by every instance writing to the
     /// same keys. Never fails, even if Redis is down: it connects on the
-    /// first flush, and while Redis is away batches are dropped and counted
-    /// in `ratewatch_telemetry_dropped_total`. Call it within a tokio
+    /// first flush, and while Redis is away flushed batches are kept (at
+    /// most an hour of 10 s buckets; older ones are dropped and counted in
+    /// `ratewatch_telemetry_dropped_total{reason="buffer_full"}`) and
+    /// written into their original buckets once it answers again. Call it within a tokio
     /// runtime so the flush task can start.
     #[cfg(feature = "redis-store")]
     pub fn redis(settings: &TelemetrySettings, target: RedisTarget) -> Self {
         Self::start(
             settings,
-            Sink::Redis(redis_sink::RedisSink::new(target, settings.top_keys)),
+            Sink::Redis(Box::new(redis_sink::RedisSink::new(
+                target,
+                settings.top_keys,
+            ))),
         )
     }
 
@@ -336,19 +343,27 @@ impl Inner {
         let batch = self.batch.take();
         metrics::record_dropped(DropReason::Overflow, batch.overflow);
         let mut flat = Flat::from_batch(batch, aggregate::take_trips(), aggregate::take_breakers());
-        if flat.is_empty() {
-            return;
-        }
-        if let Some(policy) = self.policy.lock().clone() {
-            flat.policies.push((policy.to_string(), 1));
-        }
         let now = unix_now();
-        self.local.apply(now, &flat);
+        #[cfg_attr(not(feature = "redis-store"), allow(unused_variables))]
+        let flat = if flat.is_empty() {
+            None
+        } else {
+            if let Some(policy) = self.policy.lock().clone() {
+                flat.policies.push((policy.to_string(), 1));
+            }
+            self.local.apply(now, &flat);
+            Some(flat)
+        };
         match &self.sink {
             Sink::Memory => {}
             #[cfg(feature = "redis-store")]
             Sink::Redis(sink) => {
-                if let Err(e) = sink.write(now, &flat).await {
+                // Even without a new batch: batches an outage kept wait
+                // for the first flush Redis answers.
+                if flat.is_none() && sink.pending().buckets == 0 {
+                    return;
+                }
+                if let Err(e) = sink.write(now, flat).await {
                     self.mark_unavailable(now, &e);
                 }
             }
@@ -430,6 +445,7 @@ impl FleetReader {
             s.source = ViewSource {
                 kind,
                 fleet_unavailable: unavailable,
+                ..ViewSource::default()
             };
             s
         };
@@ -440,24 +456,34 @@ impl FleetReader {
                 Ok(local("in_process", None))
             }
             #[cfg(feature = "redis-store")]
-            Sink::Redis(sink) => match sink.read(res, &starts, READ_BUDGET).await {
-                Ok(buckets) => {
-                    *inner.unavailable.lock() = None;
-                    let mut s =
-                        fleet::merge(from_unix_s, to_unix_s, res, starts.clone(), &buckets, top);
-                    s.source = ViewSource {
-                        kind: "fleet",
-                        fleet_unavailable: None,
-                    };
-                    Ok(s)
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "fleet view unavailable; answering from this instance");
-                    inner.mark_unavailable(now, &e);
-                    let why = inner.unavailable.lock().clone();
-                    Ok(local("instance", why))
-                }
-            },
+            Sink::Redis(sink) => {
+                let mut s = match sink.read(res, &starts, READ_BUDGET).await {
+                    Ok(buckets) => {
+                        *inner.unavailable.lock() = None;
+                        let mut s = fleet::merge(
+                            from_unix_s,
+                            to_unix_s,
+                            res,
+                            starts.clone(),
+                            &buckets,
+                            top,
+                        );
+                        s.source.kind = "fleet";
+                        s
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "fleet view unavailable; answering from this instance");
+                        inner.mark_unavailable(now, &e);
+                        let why = inner.unavailable.lock().clone();
+                        local("instance", why)
+                    }
+                };
+                let pending = sink.pending();
+                s.source.unflushed_events = pending.events;
+                s.source.unflushed_buckets = pending.buckets;
+                s.source.dropped_events = pending.dropped;
+                Ok(s)
+            }
         }
     }
 }

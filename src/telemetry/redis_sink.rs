@@ -16,8 +16,9 @@
 //! 1 min buckets after two days; every write re-arms the expiry.
 //!
 //! The connection is made lazily and never blocks a decision: while Redis
-//! is away a flush fails fast (or times out) and its batch is dropped and
-//! counted.
+//! is away a flush fails fast (or times out) and its batch is kept, bounded
+//! (see [`super::pending`]), and written into its original buckets once
+//! Redis answers again.
 //!
 //! Reads cost O(`top_keys`) per bucket whatever the number of identities
 //! written: the zsets are read with `ZREVRANGE key 0 top_keys-1`.
@@ -33,7 +34,8 @@ use tokio::sync::OnceCell;
 use super::TelemetryError;
 use super::aggregate::Flat;
 use super::fleet::{RESOLUTIONS, Resolution};
-use super::metrics::{DropReason, RttOp, record_dropped, record_redis_rtt};
+use super::metrics::{RttOp, record_redis_rtt};
+use super::pending::{MAX_PENDING_BUCKETS, Pending, PendingBuckets, PendingStats, expired};
 
 /// Where the fleet view lives in Redis.
 #[derive(Debug, Clone, PartialEq)]
@@ -139,6 +141,8 @@ pub(crate) struct RedisSink {
     keep_top: usize,
     /// Identities read per bucket zset.
     read_top: usize,
+    /// Batches Redis has not taken yet.
+    pending: PendingBuckets,
 }
 
 impl std::fmt::Debug for RedisSink {
@@ -158,6 +162,7 @@ impl RedisSink {
             conn: OnceCell::new(),
             keep_top: top_keys.max(1) * 4,
             read_top: top_keys.max(1),
+            pending: PendingBuckets::new(MAX_PENDING_BUCKETS, top_keys.max(1) * 4),
         }
     }
 
@@ -201,11 +206,12 @@ impl RedisSink {
         Ok(c.clone())
     }
 
-    /// The pipeline writing `flat` into the bucket of `res` holding `now`.
-    fn pipeline(&self, res: Resolution, now: u64, flat: &Flat) -> redis::Pipeline {
-        let start = res.bucket_of(now);
-        // Keep a bucket until its whole span is older than the retention.
-        let ttl = (res.keep + res.secs) as i64;
+    /// The pipeline writing `flat` into the bucket of `res` holding `at`;
+    /// the keys expire when the bucket's span is older than the retention,
+    /// counted from `now` (a batch written late does not live longer).
+    fn pipeline(&self, res: Resolution, at: u64, now: u64, flat: &Flat) -> redis::Pipeline {
+        let start = res.bucket_of(at);
+        let ttl = (start + res.keep + res.secs).saturating_sub(now).max(1) as i64;
         let mut p = redis::pipe();
         let parts: [(&str, &[(String, u64)]); 5] = [
             ("c", &flat.counters),
@@ -240,16 +246,54 @@ impl RedisSink {
         p
     }
 
-    /// Writes one batch: one pipeline per resolution, all within the
-    /// target's timeout. On failure the batch is dropped and counted, and
-    /// the error returned.
-    pub async fn write(&self, now: u64, flat: &Flat) -> Result<(), TelemetryError> {
+    /// Writes the batch flushed at `now` (if it holds anything), after
+    /// every batch an earlier failure kept, oldest first, each into the
+    /// buckets of the time it was flushed. The first failure stops: it and
+    /// the batches after it are kept for the next flush (bounded, see
+    /// [`PendingBuckets`]) and the error returned.
+    ///
+    /// A write whose reply is lost after Redis applied it (a timeout at the
+    /// wrong moment) is written again: the fleet view may count such a
+    /// batch twice, never lose it.
+    pub async fn write(&self, now: u64, flat: Option<Flat>) -> Result<(), TelemetryError> {
+        if let Some(flat) = flat {
+            self.pending.push(Pending::new(now, flat));
+        }
+        let mut queue = self.pending.take();
+        while let Some(mut item) = queue.pop_front() {
+            if let Err(e) = self.write_one(now, &mut item).await {
+                tracing::debug!(
+                    error = %e,
+                    events = item.flat.events,
+                    "fleet view flush failed; kept for a later flush"
+                );
+                self.pending.put_back(std::iter::once(item).chain(queue));
+                return Err(e);
+            }
+            self.pending.written(&item);
+        }
+        Ok(())
+    }
+
+    /// What waits for Redis, and what the buffer dropped.
+    pub fn pending(&self) -> PendingStats {
+        self.pending.stats()
+    }
+
+    /// One batch: one pipeline per resolution not yet written, all within
+    /// the target's timeout; marks each resolution written as it lands.
+    async fn write_one(&self, now: u64, item: &mut Pending) -> Result<(), TelemetryError> {
         let started = Instant::now();
         let work = async {
             let mut conn = self.conn().await?;
-            for res in RESOLUTIONS {
-                let p = self.pipeline(res, now, flat);
+            for (i, res) in RESOLUTIONS.iter().enumerate() {
+                if item.done[i] || expired(*res, item.at, now) {
+                    item.done[i] = true;
+                    continue;
+                }
+                let p = self.pipeline(*res, item.at, now, &item.flat);
                 conn.query::<()>(&p).await?;
+                item.done[i] = true;
             }
             Ok::<_, TelemetryError>(())
         };
@@ -258,21 +302,8 @@ impl RedisSink {
                 record_redis_rtt(&self.shard, RttOp::Telemetry, started.elapsed());
                 Ok(())
             }
-            Ok(Err(e)) => {
-                let reason = if e.is_timeout() {
-                    DropReason::Timeout
-                } else {
-                    DropReason::Error
-                };
-                tracing::debug!(error = %e, events = flat.events, "fleet view flush dropped");
-                record_dropped(reason, flat.events);
-                Err(e)
-            }
-            Err(_) => {
-                tracing::debug!(events = flat.events, "fleet view flush timed out");
-                record_dropped(DropReason::Timeout, flat.events);
-                Err(TelemetryError::Timeout)
-            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(TelemetryError::Timeout),
         }
     }
 
