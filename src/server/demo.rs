@@ -50,7 +50,8 @@ fn addr(net: [u8; 3], host: u8) -> SocketAddr {
 /// and the blocks come from the keys' own limits. Rates are in requests a
 /// minute; a request costs 11/7 units on average (every seventh is an
 /// export of cost 5):
-/// - free users at 12/min (about 0.31 units/s, under the 0.33/s refill);
+/// - free users at 12/min (about 0.31 units/s, under the 0.33/s refill;
+///   their daily 1000 units last about 53 minutes, then `day` blocks them);
 /// - one abusive free key at 1200/min from one address: blocked by its
 ///   own `burst` (and `minute`), long before its address's `ip_minute`,
 ///   which counts admitted requests only;
