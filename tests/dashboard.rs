@@ -131,6 +131,11 @@ limits = [{ name = "burst", algorithm = "token_bucket", capacity = 30, refill_pe
         "the tier's limits are listed"
     );
     assert!(dom.contains("0.00 %"), "the fail-open rate is shown");
+    // After the script's refreshes too: 7 of the 10 decisions blocked.
+    assert!(
+        dom.contains(r#"id="headline-block-rate">70.00 %</b>"#),
+        "the headline block rate is shown"
+    );
     // The hostile key is shown as text, escaped, and nothing it carried ran.
     assert!(
         dom.contains("free_&lt;script&gt;window.pwned=1&lt;/script&gt;"),
