@@ -131,6 +131,11 @@ limits = [{ name = "burst", algorithm = "token_bucket", capacity = 30, refill_pe
         "the tier's limits are listed"
     );
     assert!(dom.contains("0.00 %"), "the fail-open rate is shown");
+    // After the script's refreshes too: 7 of the 10 decisions blocked.
+    assert!(
+        dom.contains(r#"id="headline-block-rate">70.00 %</b>"#),
+        "the headline block rate is shown"
+    );
     // The hostile key is shown as text, escaped, and nothing it carried ran.
     assert!(
         dom.contains("free_&lt;script&gt;window.pwned=1&lt;/script&gt;"),
@@ -602,4 +607,44 @@ async fn the_bearer_scheme_is_read_without_case_as_the_limiter_reads_it() {
             "{value}"
         );
     }
+}
+
+#[tokio::test]
+async fn the_page_heads_with_the_block_rate_and_the_fail_open_rate_of_its_stats() {
+    let p = Policy::builder()
+        .identity(direct())
+        .tier(
+            Tier::new("free")
+                .match_prefix("free_")
+                .limit(Limit::token_bucket("burst", 4, 0.01)),
+        )
+        .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
+        .build()
+        .unwrap();
+    let app = server::app(Limiter::new(p).await.unwrap()).layer(MockConnectInfo(
+        "127.0.0.1:1".parse::<SocketAddr>().unwrap(),
+    ));
+    // 4 admitted, 6 blocked by the free key's burst, 0 failed open.
+    for _ in 0..10 {
+        let req = Request::get("/api/users")
+            .header("x-api-key", "free_headline")
+            .body(Body::empty())
+            .unwrap();
+        app.clone().oneshot(req).await.unwrap();
+    }
+    let req = Request::get("/dashboard?range=5m")
+        .body(Body::empty())
+        .unwrap();
+    let res = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let page =
+        String::from_utf8(to_bytes(res.into_body(), 1 << 22).await.unwrap().to_vec()).unwrap();
+    assert!(
+        page.contains(r#"id="headline-block-rate">60.00 %</b>"#),
+        "block rate 6/10 in the headline"
+    );
+    assert!(
+        page.contains(r#"ok" id="headline-fail-open-rate">0.00 %</b>"#),
+        "no fail-open in the headline"
+    );
 }

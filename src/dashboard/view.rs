@@ -25,6 +25,8 @@ pub struct DashboardPage {
     routes: Vec<RouteRow>,
     store_kind: &'static str,
     fail_open_pct: String,
+    /// Headline: `blocked` decisions / all decisions over the range.
+    block_pct: String,
     generated: String,
     refresh_ms: u64,
     /// Set when the fleet view did not answer: since (UTC), and why.
@@ -150,6 +152,7 @@ impl DashboardPage {
             .map(|u| (clock_of(u.since), u.reason.clone()));
         Self {
             fail_open_pct: format!("{:.2} %", stats.fail_open_rate * 100.0),
+            block_pct: format!("{:.2} %", block_rate(&stats) * 100.0),
             stats,
             range_label: range,
             ranges: super::RANGES
@@ -309,4 +312,20 @@ impl PolicyView {
                 .collect(),
         }
     }
+}
+
+/// `blocked` decisions (a limit refused them; not the failure policy's
+/// refusals, which the fail-open panel and `fallback_blocked` count) over
+/// all decisions in the range, summed over tiers; 0 without decisions.
+/// The page's script computes the same from `/api/stats`.
+fn block_rate(stats: &FleetStats) -> f64 {
+    if stats.decisions == 0 {
+        return 0.0;
+    }
+    let blocked: u64 = stats
+        .totals
+        .values()
+        .filter_map(|outcomes| outcomes.get(Outcome::Blocked.as_str()))
+        .sum();
+    blocked as f64 / stats.decisions as f64
 }
