@@ -40,7 +40,9 @@ pub(super) fn decide(
         _ => (aligned, 0, now),
     };
     let reset = start + window - now;
-    if count + cost <= limit {
+    // Saturating: a cost near u64::MAX (a decision service client sends
+    // any) must be refused, never wrap round to a small sum and admit.
+    if count.saturating_add(cost) <= limit {
         Step {
             verdict: Verdict {
                 allowed: true,

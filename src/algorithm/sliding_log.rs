@@ -27,7 +27,8 @@ pub(super) fn decide(
     // Entries later than `now` (the clock stepped back) still count, and the
     // key lives until the newest of them leaves the window.
     let ttl = log.back().map_or(now, |&t| t.max(now)) + window - now;
-    if count + cost <= limit {
+    // Saturating: a huge cost is refused, never wrapped into admission.
+    if count.saturating_add(cost) <= limit {
         // Kept in time order, as the sorted set is, even when the clock
         // stepped back behind entries already logged.
         let at = log.partition_point(|&t| t <= now);
@@ -54,7 +55,7 @@ pub(super) fn decide(
     } else {
         // The request passes once `count + cost - limit` of the oldest
         // entries have left the window.
-        let must_expire = (count + cost - limit) as usize;
+        let must_expire = usize::try_from(count.saturating_add(cost) - limit).unwrap_or(usize::MAX);
         // A cost above the limit can never pass (configs reject it); say
         // "a window from now" rather than index past the log.
         let retry = match log.get(must_expire.wrapping_sub(1)) {

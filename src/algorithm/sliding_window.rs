@@ -122,7 +122,7 @@ fn retry_after(
     // The smallest elapsed time in a window where `p` units weighted down
     // plus `c` leave room for `cost`, if there is one before the window ends.
     let first_fit = |p: u64, c: u64, not_before: u64| -> Option<u64> {
-        if c + cost > limit {
+        if c.saturating_add(cost) > limit {
             return None;
         }
         let slack = (limit - cost - c) as f64;

@@ -392,8 +392,12 @@ fn descriptor_plan(
         let name = rule.and_then(|r| r.name.as_deref()).unwrap_or("");
         return Plan::Decide {
             rule: rule.map_or_else(|| m::OVERRIDE_RULE.into(), |r| r.label.clone()),
+            // The limit's name becomes a metric label (the limit that
+            // blocked): only the unit, never the client's number, so a
+            // client cannot mint a series per number it sends. The
+            // counters still keep numbers apart (the identity has them).
             limits: vec![Limit::fixed_window(
-                format!("override:{}:{}", o.requests_per_unit, secs),
+                format!("override:{}", o.unit.json_name().to_ascii_lowercase()),
                 u64::from(o.requests_per_unit),
                 Duration::from_secs(secs),
             )],

@@ -26,6 +26,9 @@ pub const RLS_SERVICE: &str = "envoy.service.ratelimit.v3.RateLimitService";
 /// The gRPC service name of health checking.
 pub const HEALTH_SERVICE: &str = "grpc.health.v1.Health";
 
+/// Largest `RateLimitRequest` decoded (tonic's default is 4 MiB).
+const MAX_MESSAGE: usize = 64 * 1024;
+
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
 
@@ -114,6 +117,9 @@ impl UnaryService<RateLimitRequest> for ShouldRateLimit {
         let service = self.0.clone();
         Box::pin(async move {
             let request = convert::request_from_wire(request.into_inner());
+            request
+                .check_size()
+                .map_err(|e| Status::invalid_argument(format!("invalid RateLimitRequest: {e}")))?;
             match service.decide(&request, "grpc").await {
                 Ok(answer) => Ok(Response::new(convert::response_to_wire(&answer))),
                 // Envoy's `failure_mode_deny` decides what an UNAVAILABLE means.
@@ -138,7 +144,10 @@ impl tower::Service<http::Request<tonic::body::Body>> for RateLimitServer {
         }
         let service = self.service.clone();
         Box::pin(async move {
-            let mut grpc = Grpc::new(ProstCodec::<RateLimitResponse, RateLimitRequest>::default());
+            // As the HTTP front end's body limit: a request is small, and
+            // a decoded message is many times its wire size.
+            let mut grpc = Grpc::new(ProstCodec::<RateLimitResponse, RateLimitRequest>::default())
+                .max_decoding_message_size(MAX_MESSAGE);
             Ok(grpc.unary(ShouldRateLimit(service), req).await)
         })
     }

@@ -141,6 +141,9 @@ async fn json_handler(State(service): State<RateLimitService>, req: Request) -> 
         Ok(r) => r,
         Err(e) => return bad_request("json", e),
     };
+    if let Err(e) = request.check_size() {
+        return bad_request("json", format!("invalid RateLimitRequest: {e}"));
+    }
     match service.decide(&request, "json").await {
         Ok(answer) => {
             let status = if answer.over_limit {
@@ -248,6 +251,9 @@ async fn decide_descriptors(service: &RateLimitService, input: DecideRequest) ->
         descriptors,
         hits_addend: 0,
     };
+    if let Err(e) = request.check_size() {
+        return bad_request("decide", e);
+    }
     match service
         .decide_with_groups(&request, input.peek, "decide")
         .await

@@ -17,6 +17,39 @@ pub struct RlsRequest {
     pub hits_addend: u32,
 }
 
+/// Most descriptors one request may carry. A proxy sends one per rate
+/// limit action of a route (a handful); each becomes one group of a single
+/// store script, so a bound keeps one request from holding the store.
+pub(crate) const MAX_DESCRIPTORS: usize = 128;
+
+/// Most entries one descriptor may carry.
+pub(crate) const MAX_ENTRIES: usize = 64;
+
+impl RlsRequest {
+    /// `Err` with the reason (for a 400 or INVALID_ARGUMENT) when the
+    /// request carries more than [`MAX_DESCRIPTORS`] descriptors or a
+    /// descriptor more than [`MAX_ENTRIES`] entries.
+    pub(crate) fn check_size(&self) -> Result<(), String> {
+        if self.descriptors.len() > MAX_DESCRIPTORS {
+            return Err(format!(
+                "{} descriptors, at most {MAX_DESCRIPTORS} are accepted",
+                self.descriptors.len()
+            ));
+        }
+        if let Some(d) = self
+            .descriptors
+            .iter()
+            .find(|d| d.entries.len() > MAX_ENTRIES)
+        {
+            return Err(format!(
+                "a descriptor with {} entries, at most {MAX_ENTRIES} are accepted",
+                d.entries.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// One descriptor of a request.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RlsDescriptor {
