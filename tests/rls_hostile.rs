@@ -394,14 +394,15 @@ mod grpc {
         fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
             buf.put_slice(&self.0);
         }
+        // Only ever sent; a decoded one keeps nothing of what it read.
         fn merge_field(
             &mut self,
-            _: u32,
-            _: prost::encoding::WireType,
-            _: &mut impl prost::bytes::Buf,
-            _: prost::encoding::DecodeContext,
+            tag: u32,
+            wire_type: prost::encoding::WireType,
+            buf: &mut impl prost::bytes::Buf,
+            ctx: prost::encoding::DecodeContext,
         ) -> Result<(), prost::DecodeError> {
-            unimplemented!("never decoded")
+            prost::encoding::skip_field(wire_type, tag, buf, ctx)
         }
         fn encoded_len(&self) -> usize {
             self.0.len()

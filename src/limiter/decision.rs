@@ -26,6 +26,23 @@ pub enum Source {
 }
 
 impl Source {
+    /// Whether the failure policy, not the store, answered.
+    pub fn is_fallback(&self) -> bool {
+        matches!(self, Source::Fallback { .. })
+    }
+
+    /// Whether the limits' state is known: false when the store could not
+    /// decide and the open or closed policy answered without counting.
+    pub fn state_known(&self) -> bool {
+        !matches!(
+            self,
+            Source::Fallback {
+                policy: FailurePolicy::Open | FailurePolicy::Closed,
+                ..
+            }
+        )
+    }
+
     /// The shard label.
     pub fn shard(&self) -> &Arc<str> {
         match self {
@@ -137,18 +154,12 @@ impl Decision {
 
     /// Whether the failure policy, not the store, answered.
     pub fn is_fallback(&self) -> bool {
-        matches!(self.source, Source::Fallback { .. })
+        self.source.is_fallback()
     }
 
     /// Whether the limits' state is known: false when the store could not
     /// decide and the open or closed policy answered without counting.
     pub fn state_known(&self) -> bool {
-        !matches!(
-            self.source,
-            Source::Fallback {
-                policy: FailurePolicy::Open | FailurePolicy::Closed,
-                ..
-            }
-        )
+        self.source.state_known()
     }
 }

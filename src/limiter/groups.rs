@@ -103,18 +103,13 @@ pub struct GroupsDecision {
 impl GroupsDecision {
     /// Whether the failure policy, not the store, answered.
     pub fn is_fallback(&self) -> bool {
-        matches!(self.source, Source::Fallback { .. })
+        self.source.is_fallback()
     }
 
-    /// Whether the limits' state is known (not an open/closed fallback).
+    /// Whether the limits' state is known: false when the store could not
+    /// decide and the open or closed policy answered without counting.
     pub fn state_known(&self) -> bool {
-        !matches!(
-            self.source,
-            Source::Fallback {
-                policy: FailurePolicy::Open | FailurePolicy::Closed,
-                ..
-            }
-        )
+        self.source.state_known()
     }
 }
 
