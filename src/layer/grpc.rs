@@ -9,7 +9,8 @@
 //! |---|---|
 //! | a limit blocked (HTTP would be 429) | 8 `RESOURCE_EXHAUSTED` |
 //! | the store cannot decide, the route fails closed (503) | 14 `UNAVAILABLE` |
-//! | a malformed identity (400) | 3 `INVALID_ARGUMENT` |
+//! | a malformed identity or conflicting credentials (400) | 3 `INVALID_ARGUMENT` |
+//! | a tier the policy does not define (403) | 7 `PERMISSION_DENIED` |
 //! | no key, anonymous callers rejected (401) | 16 `UNAUTHENTICATED` |
 //!
 //! The rate-limit headers and `Retry-After` ride along as response
