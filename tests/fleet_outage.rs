@@ -1,7 +1,13 @@
 //! The fleet view keeps an outage: decisions made while Redis was away
 //! reach the fleet view in Redis once it is back, in the buckets of the
 //! time they were made, on real `ratewatch serve` and redis-server
-//! processes.
+//! processes; the page's JSON and the page rendered in headless Chromium
+//! then show every fallback, the trip, which instances reported, and that
+//! the outage was kept.
+//!
+//! `RATEWATCH_UPDATE_SCREENSHOT=1 cargo test --test fleet_outage` also
+//! copies the page's picture after the outage to
+//! `docs/dashboard-after-outage.png`.
 
 mod support;
 
@@ -47,15 +53,12 @@ limits = [{ name = "burst", algorithm = "token_bucket", capacity = 1000, refill_
     path
 }
 
+/// Fail-open decisions of the `free` tier, the outage's traffic (the
+/// second instance's anonymous traffic after the outage may hit a first
+/// failing command of its reconnecting connection).
 fn fallbacks(stats: &Value) -> u64 {
-    stats["totals"]
-        .as_object()
-        .map(|tiers| {
-            tiers
-                .values()
-                .map(|t| t["fallback_allowed"].as_u64().unwrap_or(0))
-                .sum()
-        })
+    stats["totals"]["free"]["fallback_allowed"]
+        .as_u64()
         .unwrap_or(0)
 }
 
@@ -74,7 +77,19 @@ async fn fail_open_decisions_made_while_redis_was_down_reach_the_fleet_view_once
     let server = Ratewatch::start(
         "serve",
         Some(&cfg),
-        &[("RATEWATCH_REDIS_URL", &redis.url())],
+        &[
+            ("RATEWATCH_REDIS_URL", &redis.url()),
+            ("RATEWATCH_INSTANCE", "edge-a"),
+        ],
+    );
+    // A second instance, which decides only once Redis is back.
+    let quiet = Ratewatch::start(
+        "serve",
+        Some(&cfg),
+        &[
+            ("RATEWATCH_REDIS_URL", &redis.url()),
+            ("RATEWATCH_INSTANCE", "edge-b"),
+        ],
     );
     let client = reqwest::Client::new();
     let stats_url = format!("{}/dashboard/api/stats?range=5m", server.url());
@@ -134,7 +149,17 @@ async fn fail_open_decisions_made_while_redis_was_down_reach_the_fleet_view_once
 
     // Restarted on the same port, empty: what the fleet view shows now can
     // only come from what this instance kept.
+    let returned = ratewatch::telemetry::unix_now();
     tokio::task::block_in_place(|| redis.restart());
+    for _ in 0..5 {
+        let status = client
+            .get(format!("{}/api/users", quiet.url()))
+            .send()
+            .await
+            .expect("server answers")
+            .status();
+        assert_eq!(status, 200);
+    }
     let after = eventually(
         Duration::from_secs(20),
         "the fleet view in Redis shows every fallback and the trip",
@@ -143,7 +168,9 @@ async fn fail_open_decisions_made_while_redis_was_down_reach_the_fleet_view_once
             (s["source"]["kind"] == "fleet"
                 && fallbacks(&s) >= DURING_OUTAGE
                 && trips(&s) >= 1
-                && s["source"]["unflushed_events"] == 0)
+                && s["source"]["unflushed_events"] == 0
+                && s["source"]["last_outage"].is_object()
+                && s["instances"].as_array()?.len() == 2)
                 .then_some(s)
         },
     )
@@ -168,4 +195,109 @@ async fn fail_open_decisions_made_while_redis_was_down_reach_the_fleet_view_once
             );
         }
     }
+
+    // Which instances reported: the one that lived through the outage,
+    // with every event it decided during it (its 3 before the outage went
+    // with the restarted Redis), and the one that decided after it.
+    let a = instance(&after, "edge-a");
+    assert_eq!(a["events"].as_u64(), Some(DURING_OUTAGE), "{a}");
+    assert!(a["last_report"].as_u64() >= Some(returned), "{a}");
+    let b = instance(&after, "edge-b");
+    assert_eq!(b["events"].as_u64(), Some(5), "{b}");
+    assert!(b["last_report"].as_u64() >= Some(returned), "{b}");
+    // And that the fleet view kept the outage.
+    let outage = &after["source"]["last_outage"];
+    assert!(
+        outage["kept_events"].as_u64() >= Some(DURING_OUTAGE),
+        "{outage}"
+    );
+    assert!(
+        outage["since"].as_u64() <= Some(outage_bucket + 10),
+        "{outage}"
+    );
+    assert!(outage["until"].as_u64() >= Some(returned), "{outage}");
+
+    // The page, rendered in headless Chromium after its script ran.
+    let page_url = format!("{}/dashboard?range=5m", server.url());
+    let url = page_url.clone();
+    let (dom, log) = tokio::task::spawn_blocking(move || support::dump_dom(&url, 4_000))
+        .await
+        .unwrap();
+    assert!(dom.contains("id=\"instance-rows\""), "page rendered: {log}");
+    let recovered = dom
+        .split("id=\"recovered\"")
+        .nth(1)
+        .expect("recovered note");
+    assert!(
+        !recovered[..recovered.find('>').unwrap_or(0)].contains("hidden"),
+        "the recovery note is shown: {recovered:.300}"
+    );
+    assert!(dom.contains("Fleet view recovered."));
+    let kept = recovered
+        .split("id=\"outage-kept\">")
+        .nth(1)
+        .and_then(|r| r.split('<').next())
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(
+        kept >= Some(DURING_OUTAGE),
+        "kept events on the page: {kept:?}"
+    );
+    let rows = dom
+        .split("id=\"instance-rows\">")
+        .nth(1)
+        .and_then(|r| r.split("</tbody>").next())
+        .expect("instance rows");
+    assert!(
+        rows.contains("<code>edge-a</code>") && rows.contains("<code>edge-b</code>"),
+        "{rows}"
+    );
+    assert!(
+        rows.contains(&format!("<td class=\"num\">{DURING_OUTAGE}</td>")),
+        "{rows}"
+    );
+    // Every fallback in the tier table, and the trip in the shard table.
+    assert!(
+        dom.contains(&format!(
+            "data-tier=\"free\" data-outcome=\"2\">{DURING_OUTAGE}<"
+        )),
+        "all {DURING_OUTAGE} fallbacks on the page"
+    );
+    let shard_rows = dom
+        .split("id=\"shard-rows\">")
+        .nth(1)
+        .and_then(|r| r.split("</tbody>").next())
+        .expect("shard rows");
+    let trips_on_page: u64 = shard_rows
+        .split("<tr>")
+        .skip(1)
+        .filter_map(|row| {
+            row.rsplit("<td class=\"num\">")
+                .next()
+                .and_then(|c| c.split('<').next())
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .sum();
+    assert!(trips_on_page >= 1, "the trip on the page: {shard_rows}");
+
+    // The picture for the README, beside the one taken during an outage.
+    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-after-outage.png");
+    let file = shot.clone();
+    tokio::task::spawn_blocking(move || support::screenshot(&page_url, &file, 1400, 2300))
+        .await
+        .unwrap();
+    if std::env::var_os("RATEWATCH_UPDATE_SCREENSHOT").is_some() {
+        std::fs::copy(
+            &shot,
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/dashboard-after-outage.png"),
+        )
+        .unwrap();
+    }
+}
+
+/// The instance named `name` in a stats answer's `instances`.
+fn instance<'a>(stats: &'a Value, name: &str) -> &'a Value {
+    stats["instances"]
+        .as_array()
+        .and_then(|a| a.iter().find(|i| i["instance"] == name))
+        .unwrap_or_else(|| panic!("{name} in {}", stats["instances"]))
 }

@@ -185,6 +185,11 @@ impl DashboardPage {
         format!("{:.1} %", share * 100.0)
     }
 
+    /// `HH:MM:SSZ` of a Unix time.
+    fn clock(t: &u64) -> String {
+        clock_of(*t)
+    }
+
     fn rate(r: &f64) -> String {
         format!("{r:.1}")
     }

@@ -251,6 +251,12 @@ pub(crate) struct Flat {
     /// `version#hash` of the policy the flushing instance runs -> flushes
     /// (one per flush), so the fleet view shows which policies are in force.
     pub policies: Vec<(String, u64)>,
+    /// Flushing instance -> events it flushed, so the fleet view says which
+    /// instances reported.
+    pub instances: Vec<(String, u64)>,
+    /// Flushing instance -> when it flushed (Unix seconds); merged by
+    /// maximum, never summed.
+    pub reported: Vec<(String, u64)>,
     /// Events the batch holds.
     pub events: u64,
 }
@@ -285,6 +291,8 @@ impl Flat {
             trips,
             breakers,
             policies: Vec::new(),
+            instances: Vec::new(),
+            reported: Vec::new(),
             events: b.events,
         }
     }

@@ -147,6 +147,38 @@ pub struct ViewSource {
     /// hour of buckets waited for Redis (also in
     /// `ratewatch_telemetry_dropped_total{reason="buffer_full"}`).
     pub dropped_events: u64,
+    /// The latest outage of the fleet view this instance lived through
+    /// and recovered from, with what it kept and wrote afterwards (`None`
+    /// until one ended, and always without Redis).
+    pub last_outage: Option<Outage>,
+}
+
+/// An outage of the fleet view in Redis that ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Outage {
+    /// When this instance first failed to reach it, Unix seconds.
+    pub since: u64,
+    /// When the batches it kept were written, Unix seconds.
+    pub until: u64,
+    /// The last error seen during it.
+    pub reason: String,
+    /// Events this instance kept during it and wrote into their own
+    /// buckets when Redis answered again.
+    pub kept_events: u64,
+    /// The 10 s buckets those events were written into.
+    pub kept_buckets: usize,
+}
+
+/// An instance that flushed into the range.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InstanceSeen {
+    /// Its name (`telemetry` instance name: `RATEWATCH_INSTANCE`, or
+    /// `host:pid`).
+    pub instance: String,
+    /// Events it flushed in the range.
+    pub events: u64,
+    /// Its latest flush in the range, Unix seconds.
+    pub last_report: u64,
 }
 
 /// Why the fleet view is not shown.
@@ -221,6 +253,9 @@ pub struct FleetStats {
     /// recently seen first: more than one seen lately is a rollout in
     /// progress (or stuck).
     pub policies: Vec<PolicySeen>,
+    /// The instances that flushed events in the range, latest report
+    /// first.
+    pub instances: Vec<InstanceSeen>,
 }
 
 /// A policy some instance ran while flushing.
@@ -269,6 +304,7 @@ pub(crate) fn merge(
     let mut breakers: BTreeMap<String, Vec<Option<u8>>> = BTreeMap::new();
     let mut fallback_allowed = 0;
     let mut policies: AHashMap<&str, (u64, u64)> = AHashMap::new();
+    let mut instances: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     for (start, b) in buckets {
         let Some(&slot) = index.get(start) else {
             continue;
@@ -340,7 +376,27 @@ pub(crate) fn merge(
             seen.0 += n;
             seen.1 = seen.1.max(*start);
         }
+        for (name, n) in &b.instances {
+            instances.entry(name.as_str()).or_insert((0, 0)).0 += n;
+        }
+        for (name, at) in &b.reported {
+            let seen = instances.entry(name.as_str()).or_insert((0, 0));
+            seen.1 = seen.1.max(*at);
+        }
     }
+    s.instances = instances
+        .into_iter()
+        .map(|(name, (events, last_report))| InstanceSeen {
+            instance: name.to_owned(),
+            events,
+            last_report,
+        })
+        .collect();
+    s.instances.sort_by(|a, b| {
+        b.last_report
+            .cmp(&a.last_report)
+            .then_with(|| a.instance.cmp(&b.instance))
+    });
     s.policies = policies
         .into_iter()
         .map(|(p, (flushes, last_seen))| {

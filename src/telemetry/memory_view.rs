@@ -22,6 +22,8 @@ struct Bucket {
     trips: AHashMap<String, u64>,
     breakers: AHashMap<String, u64>,
     policies: AHashMap<String, u64>,
+    instances: AHashMap<String, u64>,
+    reported: AHashMap<String, u64>,
 }
 
 /// In-process buckets, keyed by (resolution width, bucket start).
@@ -73,6 +75,11 @@ impl MemoryView {
             add(&mut b.trips, &flat.trips);
             add(&mut b.breakers, &flat.breakers);
             add(&mut b.policies, &flat.policies);
+            add(&mut b.instances, &flat.instances);
+            for (k, t) in &flat.reported {
+                let e = b.reported.entry(k.clone()).or_insert(0);
+                *e = (*e).max(*t);
+            }
         }
         buckets.retain(|(secs, start), _| {
             let keep = RESOLUTIONS
@@ -100,6 +107,8 @@ impl MemoryView {
                         trips: pairs(&b.trips),
                         breakers: pairs(&b.breakers),
                         policies: pairs(&b.policies),
+                        instances: pairs(&b.instances),
+                        reported: pairs(&b.reported),
                         events: 0,
                     };
                     (*s, flat)

@@ -69,8 +69,8 @@ pub use aggregate::FAIL_CLOSED;
 pub use aggregate::MAX_SERIES;
 pub use event::{Event, FallbackReason, Outcome};
 pub use fleet::{
-    BlockedKey, FleetStats, HotKey, HotShard, PolicySeen, RESOLUTIONS, Resolution, RttSeries,
-    RttStats, Unavailable, ViewSource, quantile,
+    BlockedKey, FleetStats, HotKey, HotShard, InstanceSeen, Outage, PolicySeen, RESOLUTIONS,
+    Resolution, RttSeries, RttStats, Unavailable, ViewSource, quantile,
 };
 pub use metrics::{DropReason, RttOp, render};
 #[cfg(feature = "redis-store")]
@@ -150,6 +150,42 @@ struct Inner {
     /// `version#hash` of the policy in force, carried by every flush so the
     /// fleet view shows which instances run which policy.
     policy: Mutex<Option<Arc<str>>>,
+    /// This instance's name in the fleet view ([`instance_name`]).
+    instance: Arc<str>,
+    /// Since when, and why, flushes to Redis have failed: unlike
+    /// `unavailable`, a read that answers does not end it, only a flush
+    /// that writes what was kept.
+    #[cfg_attr(not(feature = "redis-store"), allow(dead_code))]
+    outage: Mutex<Option<Unavailable>>,
+    /// The latest outage that ended, for the page.
+    #[cfg_attr(not(feature = "redis-store"), allow(dead_code))]
+    last_outage: Mutex<Option<Outage>>,
+}
+
+/// Longest instance name kept, in characters.
+pub const MAX_INSTANCE_NAME: usize = 64;
+
+/// This instance's name in the fleet view: `RATEWATCH_INSTANCE` if set,
+/// else `host:pid` (the kernel's host name), without control characters
+/// and at most [`MAX_INSTANCE_NAME`] characters. Not a metric label: it
+/// only appears in the fleet view's per-bucket `inst` and `seen` hashes.
+pub fn instance_name() -> String {
+    let named = std::env::var("RATEWATCH_INSTANCE")
+        .ok()
+        .filter(|n| !n.trim().is_empty());
+    let name = named.unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "instance".to_owned());
+        format!("{host}:{}", std::process::id())
+    });
+    name.chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_INSTANCE_NAME)
+        .collect()
 }
 
 /// What one pipeline holds until its next flush.
@@ -268,6 +304,9 @@ impl Telemetry {
             flushing: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
             policy: Mutex::new(None),
+            instance: instance_name().into(),
+            outage: Mutex::new(None),
+            last_outage: Mutex::new(None),
         });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(flush_loop(Arc::downgrade(&inner), settings.flush_interval));
@@ -351,6 +390,9 @@ impl Inner {
             if let Some(policy) = self.policy.lock().clone() {
                 flat.policies.push((policy.to_string(), 1));
             }
+            flat.instances
+                .push((self.instance.to_string(), flat.events));
+            flat.reported.push((self.instance.to_string(), now));
             self.local.apply(now, &flat);
             Some(flat)
         };
@@ -360,11 +402,25 @@ impl Inner {
             Sink::Redis(sink) => {
                 // Even without a new batch: batches an outage kept wait
                 // for the first flush Redis answers.
-                if flat.is_none() && sink.pending().buckets == 0 {
+                let kept = sink.pending();
+                if flat.is_none() && kept.buckets == 0 {
                     return;
                 }
-                if let Err(e) = sink.write(now, flat).await {
-                    self.mark_unavailable(now, &e);
+                match sink.write(now, flat).await {
+                    Err(e) => self.mark_unavailable(now, &e),
+                    Ok(()) => {
+                        if let Some(o) = self.outage.lock().take() {
+                            *self.last_outage.lock() = Some(Outage {
+                                since: o.since,
+                                // Not `now`: the write may have waited
+                                // for Redis to come back.
+                                until: unix_now(),
+                                reason: o.reason,
+                                kept_events: kept.events,
+                                kept_buckets: kept.buckets,
+                            });
+                        }
+                    }
                 }
             }
         }
@@ -373,11 +429,18 @@ impl Inner {
     /// Remembers the first failure of an outage and the latest reason.
     #[cfg(feature = "redis-store")]
     fn mark_unavailable(&self, now: u64, e: &TelemetryError) {
-        let mut u = self.unavailable.lock();
         let reason = e.to_string();
-        match &mut *u {
-            Some(known) => known.reason = reason,
-            None => *u = Some(Unavailable { since: now, reason }),
+        for cell in [&self.unavailable, &self.outage] {
+            let mut u = cell.lock();
+            match &mut *u {
+                Some(known) => known.reason = reason.clone(),
+                None => {
+                    *u = Some(Unavailable {
+                        since: now,
+                        reason: reason.clone(),
+                    })
+                }
+            }
         }
     }
 }
@@ -482,6 +545,7 @@ impl FleetReader {
                 s.source.unflushed_events = pending.events;
                 s.source.unflushed_buckets = pending.buckets;
                 s.source.dropped_events = pending.dropped;
+                s.source.last_outage = inner.last_outage.lock().clone();
                 Ok(s)
             }
         }

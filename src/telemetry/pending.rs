@@ -152,6 +152,16 @@ pub(crate) fn expired(res: Resolution, at: u64, now: u64) -> bool {
     res.bucket_of(at) + res.keep + res.secs <= now
 }
 
+/// Keeps, per field, the later of the two times.
+pub(crate) fn latest(a: &mut Vec<(String, u64)>, b: Vec<(String, u64)>) {
+    let mut m: AHashMap<String, u64> = std::mem::take(a).into_iter().collect();
+    for (k, t) in b {
+        let e = m.entry(k).or_insert(0);
+        *e = (*e).max(t);
+    }
+    *a = m.into_iter().collect();
+}
+
 /// Sums `b` into `a` field by field; the identity tables keep their
 /// `keep_top` highest members, as Redis would after writing both.
 fn merge_into(a: &mut Flat, b: Flat, keep_top: usize) {
@@ -167,6 +177,8 @@ fn merge_into(a: &mut Flat, b: Flat, keep_top: usize) {
     sum(&mut a.trips, b.trips);
     sum(&mut a.breakers, b.breakers);
     sum(&mut a.policies, b.policies);
+    sum(&mut a.instances, b.instances);
+    latest(&mut a.reported, b.reported);
     for (table, more) in [(&mut a.top, b.top), (&mut a.hot, b.hot)] {
         sum(table, more);
         if table.len() > keep_top {

@@ -11,6 +11,9 @@
 //! {prefix}:tm:{10s:<start>}:rtt    hash  shard|le -> round trips
 //! {prefix}:tm:{10s:<start>}:trips  hash  shard -> breaker trips
 //! {prefix}:tm:{10s:<start>}:brk    hash  shard|state -> instance flushes in that state
+//! {prefix}:tm:{10s:<start>}:pol    hash  version#hash -> flushes that ran it
+//! {prefix}:tm:{10s:<start>}:inst   hash  instance -> events it flushed
+//! {prefix}:tm:{10s:<start>}:seen   hash  instance -> when it last flushed (Unix s)
 //! ```
 //! and the same under `{1m:<start>}`. 10 s buckets expire after an hour,
 //! 1 min buckets after two days; every write re-arms the expiry.
@@ -213,12 +216,13 @@ impl RedisSink {
         let start = res.bucket_of(at);
         let ttl = (start + res.keep + res.secs).saturating_sub(now).max(1) as i64;
         let mut p = redis::pipe();
-        let parts: [(&str, &[(String, u64)]); 5] = [
+        let parts: [(&str, &[(String, u64)]); 6] = [
             ("c", &flat.counters),
             ("rtt", &flat.rtt),
             ("trips", &flat.trips),
             ("brk", &flat.breakers),
             ("pol", &flat.policies),
+            ("inst", &flat.instances),
         ];
         for (part, fields) in parts {
             if fields.is_empty() {
@@ -228,6 +232,13 @@ impl RedisSink {
             for (f, n) in fields {
                 p.hincr(&key, f, *n).ignore();
             }
+            p.expire(&key, ttl).ignore();
+        }
+        if !flat.reported.is_empty() {
+            // A time, not a count: the latest write wins, and batches are
+            // written oldest first.
+            let key = self.target.key(res, start, "seen");
+            p.hset_multiple(&key, &flat.reported).ignore();
             p.expire(&key, ttl).ignore();
         }
         for (part, members) in [("blk", &flat.top), ("hot", &flat.hot)] {
@@ -358,7 +369,9 @@ impl RedisSink {
             .hgetall(self.target.key(res, start, "rtt"))
             .hgetall(self.target.key(res, start, "trips"))
             .hgetall(self.target.key(res, start, "brk"))
-            .hgetall(self.target.key(res, start, "pol"));
+            .hgetall(self.target.key(res, start, "pol"))
+            .hgetall(self.target.key(res, start, "inst"))
+            .hgetall(self.target.key(res, start, "seen"));
         type Row = (
             HashMap<String, u64>,
             Vec<(String, f64)>,
@@ -367,8 +380,10 @@ impl RedisSink {
             HashMap<String, u64>,
             HashMap<String, u64>,
             HashMap<String, u64>,
+            HashMap<String, u64>,
+            HashMap<String, u64>,
         );
-        let (c, top, hot, rtt, trips, brk, pol): Row = conn.query(&p).await?;
+        let (c, top, hot, rtt, trips, brk, pol, inst, seen): Row = conn.query(&p).await?;
         let scores = |v: Vec<(String, f64)>| -> Vec<(String, u64)> {
             v.into_iter().map(|(k, s)| (k, s.max(0.0) as u64)).collect()
         };
@@ -382,6 +397,8 @@ impl RedisSink {
                 trips: trips.into_iter().collect(),
                 breakers: brk.into_iter().collect(),
                 policies: pol.into_iter().collect(),
+                instances: inst.into_iter().collect(),
+                reported: seen.into_iter().collect(),
                 events: 0,
             },
         ))
