@@ -49,7 +49,7 @@ const HISTOGRAMS: [&str; 3] = [
 
 const DATASOURCE_UID: &str = "${datasource}";
 
-const ALERTS: [&str; 11] = [
+const ALERTS: [&str; 12] = [
     "RatewatchFailOpenRateHigh",
     "RatewatchBreakerOpen",
     "RatewatchRedisSlow",
@@ -61,6 +61,7 @@ const ALERTS: [&str; 11] = [
     "RatewatchRlsErrors",
     "RatewatchStoreMemoryHigh",
     "RatewatchStoreKeysGrowing",
+    "RatewatchStoreEvicting",
 ];
 
 fn dashboards_dir() -> PathBuf {
@@ -1166,8 +1167,8 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_evaluates_every_ale
     assert_eq!(names, BTreeSet::from(ALERTS));
     assert_eq!(
         rules.len(),
-        12,
-        "two fail-open severities and ten other alerts"
+        13,
+        "two fail-open severities and eleven other alerts"
     );
 
     // Every alert the exposition calls for is pending (none can have
@@ -1178,7 +1179,7 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_evaluates_every_ale
         move || async move {
             let r = api(c, p, "/api/v1/alerts").await;
             let alerts = r["data"]["alerts"].as_array()?.clone();
-            (alerts.len() >= 4).then_some(alerts)
+            (alerts.len() >= 5).then_some(alerts)
         },
     )
     .await;
@@ -1203,6 +1204,8 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_evaluates_every_ale
             expected("RatewatchBreakerOpen", "warning", "127.0.0.1:6380"),
             expected("RatewatchTelemetryDropping", "warning", ""),
             expected("RatewatchFailClosedRefusing", "critical", "/api/export"),
+            // The exposition's evictions grow on 127.0.0.1:6380.
+            expected("RatewatchStoreEvicting", "warning", "127.0.0.1:6380"),
         ])
     );
 }
