@@ -106,7 +106,7 @@ pub struct Caller {
 /// and a limiter re-hashes an identity with its deployment's key before it
 /// decides, so the key names and the dashboard's forms of every front end
 /// (the layer, [`crate::Limiter::check`]) agree.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Identity {
     kind: IdentityKind,
     raw: String,
@@ -115,7 +115,27 @@ pub struct Identity {
     tier: Option<String>,
     /// The client IP, when known (for IP-scoped limits).
     pub ip: Option<IpAddr>,
+    /// A name the app gave the caller for people to read (not a secret,
+    /// not part of who it is).
+    display_name: Option<std::sync::Arc<str>>,
 }
+
+/// Two identities are the same caller whatever display name they carry.
+impl PartialEq for Identity {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind
+            && self.raw == other.raw
+            && self.hash == other.hash
+            && self.key == other.key
+            && self.tier == other.tier
+            && self.ip == other.ip
+    }
+}
+
+impl Eq for Identity {}
+
+/// Longest display name kept, in characters ([`Identity::with_display_name`]).
+pub const MAX_DISPLAY_NAME: usize = 64;
 
 impl Identity {
     /// An identity of `kind` with raw value `raw`, hashed without a key
@@ -135,6 +155,7 @@ impl Identity {
             key: key.clone(),
             tier: None,
             ip: None,
+            display_name: None,
         }
     }
 
@@ -216,6 +237,30 @@ impl Identity {
         self.kind == IdentityKind::Ip
     }
 
+    /// Gives the caller a name people can act on (a customer id from the
+    /// auth layer), shown on the dashboard beside the masked identity. It
+    /// must not be a secret: it is kept in the fleet view as given. Control
+    /// characters are removed, surrounding space trimmed, and at most
+    /// [`MAX_DISPLAY_NAME`] characters kept; an empty name is none. It is
+    /// never a metric label and never part of a store key.
+    pub fn with_display_name(mut self, name: &str) -> Self {
+        let clean: String = name
+            .chars()
+            .filter(|c| !c.is_control())
+            .collect::<String>()
+            .trim()
+            .chars()
+            .take(MAX_DISPLAY_NAME)
+            .collect();
+        self.display_name = (!clean.is_empty()).then(|| clean.into());
+        self
+    }
+
+    /// The display name the app gave the caller, if any.
+    pub fn display_name(&self) -> Option<&str> {
+        self.display_name.as_deref()
+    }
+
     /// The form shown on the dashboard and kept in the fleet view.
     pub fn display(&self, mode: KeyDisplay) -> String {
         match mode {
@@ -259,6 +304,7 @@ impl std::fmt::Debug for Identity {
         f.debug_struct("Identity")
             .field("kind", &self.kind)
             .field("masked", &self.masked())
+            .field("display_name", &self.display_name)
             .finish()
     }
 }

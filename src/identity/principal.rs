@@ -59,6 +59,10 @@ pub struct Principal {
     /// The verified tier (plan), if known; else the limiter's resolver or
     /// key-prefix rule names it from the id.
     pub tier: Option<String>,
+    /// A name for people (a customer id, an account name), shown on the
+    /// dashboard beside the masked identity; never a secret. See
+    /// [`Identity::with_display_name`] for what is kept of it.
+    pub display_name: Option<String>,
 }
 
 impl Principal {
@@ -67,7 +71,14 @@ impl Principal {
         Self {
             id: id.into(),
             tier: None,
+            display_name: None,
         }
+    }
+
+    /// The caller, shown on the dashboard as `name` beside its masked id.
+    pub fn with_display_name(mut self, name: impl Into<String>) -> Self {
+        self.display_name = Some(name.into());
+        self
     }
 
     /// The caller, on `tier`.
@@ -97,6 +108,13 @@ pub trait VerifiedCaller: Send + Sync + 'static {
     fn caller_tier(&self) -> Option<&str> {
         None
     }
+    /// A name people can act on (a customer id), shown on the dashboard
+    /// beside the masked identity. Not a secret: it is kept in the fleet
+    /// view (control characters removed, at most
+    /// [`MAX_DISPLAY_NAME`](super::MAX_DISPLAY_NAME) characters).
+    fn display_name(&self) -> Option<&str> {
+        None
+    }
 }
 
 impl VerifiedCaller for Principal {
@@ -107,20 +125,27 @@ impl VerifiedCaller for Principal {
     fn caller_tier(&self) -> Option<&str> {
         self.tier.as_deref()
     }
+
+    fn display_name(&self) -> Option<&str> {
+        self.display_name.as_deref()
+    }
 }
 
+/// What the limiter reads of a verified caller: id, tier, display name.
+pub(crate) type CallerParts<'a> = (&'a str, Option<&'a str>, Option<&'a str>);
+
 /// Reads a verified caller of one type out of the extensions.
-pub(crate) type ReadCaller = for<'a> fn(&'a Extensions) -> Option<(&'a str, Option<&'a str>)>;
+pub(crate) type ReadCaller = for<'a> fn(&'a Extensions) -> Option<CallerParts<'a>>;
 
 /// The [`ReadCaller`] of `T`.
 pub(crate) fn principal_reader<T: VerifiedCaller>() -> ReadCaller {
     read_caller::<T>
 }
 
-fn read_caller<T: VerifiedCaller>(ext: &Extensions) -> Option<(&str, Option<&str>)> {
+fn read_caller<T: VerifiedCaller>(ext: &Extensions) -> Option<CallerParts<'_>> {
     ext.get::<T>()
-        .map(|c| (c.caller_id(), c.caller_tier()))
-        .filter(|(id, _)| !id.is_empty())
+        .map(|c| (c.caller_id(), c.caller_tier(), c.display_name()))
+        .filter(|(id, _, _)| !id.is_empty())
 }
 
 /// Requests with a credential but no verified caller after which, if no
@@ -185,10 +210,13 @@ impl KeyExtractor for PrincipalExtractor {
             .headers
             .client_ip(&request.headers, peer_ip(&request.extensions))?;
         match (self.read)(&request.extensions) {
-            Some((id, tier)) => {
+            Some((id, tier, name)) => {
                 self.seen_verified.store(true, Ordering::Relaxed);
-                let identity =
+                let mut identity =
                     Identity::keyed(IdentityKind::Custom, id, self.headers.key()).with_ip(ip);
+                if let Some(name) = name {
+                    identity = identity.with_display_name(name);
+                }
                 Ok(match tier {
                     Some(t) => identity.with_tier(t),
                     None => identity,

@@ -84,7 +84,9 @@ impl Limiter {
             shard: d.source.shard().clone(),
             // Only the fleet view's top keys read the display form.
             identity: if self.inner.telemetry.keeps_identities() {
-                display(identity, live.policy.telemetry.key_display)
+                let mut shown = display(identity, live.policy.telemetry.key_display);
+                crate::telemetry::append_display_name(&mut shown, identity.display_name());
+                shown
             } else {
                 String::new()
             },

@@ -178,6 +178,29 @@ pub(crate) fn parse_blocked_member(m: &str) -> (&str, &str) {
     m.split_once('|').unwrap_or(("limit", m))
 }
 
+/// Between an identity's display form and the display name the app gave
+/// it, in the fleet view's members: a control character, which display
+/// names never hold.
+const NAME_SEP: char = '\u{1f}';
+
+/// Appends `name` (already cleaned, see
+/// [`Identity::with_display_name`](crate::identity::Identity::with_display_name))
+/// to an event's identity display form.
+pub fn append_display_name(shown: &mut String, name: Option<&str>) {
+    if let Some(name) = name {
+        shown.push(NAME_SEP);
+        shown.push_str(name);
+    }
+}
+
+/// Splits a member's identity into its display form and display name.
+pub(crate) fn split_display_name(identity: &str) -> (&str, Option<&str>) {
+    match identity.rsplit_once(NAME_SEP) {
+        Some((shown, name)) => (shown, Some(name)),
+        None => (identity, None),
+    }
+}
+
 /// Splits a hot-key member (`tier|shard|identity`: tier names and
 /// `host:port` shards hold no `|`, the identity goes last) into its parts.
 pub(crate) fn parse_hot_member(m: &str) -> Option<(&str, &str, &str)> {

@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::Outcome;
 use super::aggregate::{
     BREAKER_STATES, Flat, parse_blocked_member, parse_breaker_field, parse_counter_field,
-    parse_hot_member, parse_rtt_field,
+    parse_hot_member, parse_rtt_field, split_display_name,
 };
 use super::metrics::RTT_BUCKETS;
 
@@ -83,6 +83,8 @@ impl Resolution {
 pub struct BlockedKey {
     /// The identity in display form (masked by default).
     pub identity: String,
+    /// The display name the app gave it (a customer id), if any.
+    pub name: Option<String>,
     /// Why: the name of the limit that blocked, `fail_closed` (a refusal
     /// because the store could not decide, not a block) or
     /// `local_fallback` (the local fallback limiter blocked).
@@ -96,6 +98,8 @@ pub struct BlockedKey {
 pub struct HotKey {
     /// The identity in display form (masked by default).
     pub identity: String,
+    /// The display name the app gave it (a customer id), if any.
+    pub name: Option<String>,
     /// Its tier.
     pub tier: String,
     /// The shard that decided it.
@@ -418,8 +422,10 @@ pub(crate) fn merge(
         .into_iter()
         .map(|(member, blocked)| {
             let (cause, identity) = parse_blocked_member(member);
+            let (identity, name) = split_display_name(identity);
             BlockedKey {
                 identity: identity.to_owned(),
+                name: name.map(str::to_owned),
                 cause: cause.to_owned(),
                 blocked,
             }
@@ -441,8 +447,10 @@ pub(crate) fn merge(
         .into_iter()
         .filter_map(|(member, decisions)| {
             let (tier, shard, identity) = parse_hot_member(member)?;
+            let (identity, name) = split_display_name(identity);
             Some(HotKey {
                 identity: identity.to_owned(),
+                name: name.map(str::to_owned),
                 tier: tier.to_owned(),
                 shard: shard.to_owned(),
                 decisions,

@@ -67,6 +67,7 @@ use memory_view::MemoryView;
 
 pub use aggregate::FAIL_CLOSED;
 pub use aggregate::MAX_SERIES;
+pub(crate) use aggregate::append_display_name;
 pub use event::{Event, FallbackReason, Outcome};
 pub use fleet::{
     BlockedKey, FleetStats, HotKey, HotShard, InstanceSeen, Outage, PolicySeen, RESOLUTIONS,
