@@ -339,6 +339,20 @@ impl Limiter {
             } else {
                 String::new()
             };
+            let limit = report
+                .limits
+                .iter()
+                .find(|l| !l.allowed && !l.shadow)
+                .or(report.limits.first())
+                .map(|l| l.name.clone());
+            crate::telemetry::span::decision(
+                &request.tag,
+                &group.label,
+                outcome,
+                limit.as_deref(),
+                "store",
+                d.store_rtt,
+            );
             telemetry.record(&Event {
                 tier: request.tag.clone(),
                 route: group.label.clone(),

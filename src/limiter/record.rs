@@ -94,6 +94,14 @@ impl Limiter {
             redis_rtt: d.store_rtt,
             fallback,
         };
+        crate::telemetry::span::decision(
+            &event.tier,
+            &event.route,
+            event.outcome,
+            event.limit.as_deref(),
+            d.path.as_str(),
+            d.store_rtt,
+        );
         self.inner.telemetry.record(&event);
     }
 }

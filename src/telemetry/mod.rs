@@ -51,6 +51,7 @@ mod redis_sink;
 pub mod rls;
 mod series;
 mod sharded;
+pub mod span;
 mod topk;
 
 use std::sync::atomic::{AtomicBool, Ordering};
