@@ -648,3 +648,120 @@ async fn the_page_heads_with_the_block_rate_and_the_fail_open_rate_of_its_stats(
         "no fail-open in the headline"
     );
 }
+
+/// The `<svg ... data-tier="tier">...</svg>` chart of `tier` in `dom`.
+fn tier_chart<'a>(dom: &'a str, tier: &str) -> &'a str {
+    let start = dom
+        .find(&format!("data-tier=\"{tier}\" viewBox"))
+        .or_else(|| dom.find(&format!("data-tier=\"{tier}\"")))
+        .unwrap_or_else(|| panic!("chart of {tier}"));
+    let rest = &dom[start..];
+    &rest[..rest.find("</svg>").unwrap_or(rest.len())]
+}
+
+/// Heights of the bars in a chart's markup.
+fn bar_heights(svg: &str) -> Vec<f64> {
+    svg.split("<rect ")
+        .skip(1)
+        .filter(|r| r.contains("class=\"bar "))
+        .filter_map(|r| r.split("height=\"").nth(1)?.split('"').next()?.parse().ok())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_a_glance_the_page_shows_trends_keeps_small_tiers_visible_and_explains_the_memory_store()
+{
+    let p = Policy::builder()
+        .identity(direct())
+        .tier(
+            Tier::new("free")
+                .match_prefix("free_")
+                .limit(Limit::token_bucket("burst", 30, 0.01)),
+        )
+        .tier(
+            Tier::new("pro")
+                .match_prefix("pro_")
+                .limit(Limit::token_bucket("burst", 100, 1.0)),
+        )
+        .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
+        .build()
+        .unwrap();
+    let app = server::app(Limiter::new(p).await.unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap()
+    });
+    let base = format!("http://{addr}");
+    let client = reqwest::Client::new();
+    // A big tier (200 decisions, 170 blocked) and a small one (1).
+    for (key, n) in [("free_big_tier", 200), ("pro_small_tier", 1)] {
+        for _ in 0..n {
+            client
+                .get(format!("{base}/api/users"))
+                .header("x-api-key", key)
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    let stats = support::eventually(Duration::from_secs(10), "201 decisions", || async {
+        let s = support::get_json(&client, &format!("{base}/dashboard/api/stats?range=5m")).await?;
+        (s["decisions"] == 201).then_some(s)
+    })
+    .await;
+    // The previous period was read for the trend (nothing decided in it).
+    assert_eq!(stats["previous"]["decisions"], 0, "{}", stats["previous"]);
+    assert!((stats["block_rate"].as_f64().unwrap() - 170.0 / 201.0).abs() < 1e-9);
+
+    let url = format!("{base}/dashboard?range=5m");
+    let (dom, log) = tokio::task::spawn_blocking(move || dump_dom(&url))
+        .await
+        .unwrap();
+    assert!(!log.contains("Uncaught"), "the page's script failed: {log}");
+    assert!(dom.contains(r#"id="headline-block-rate">84.58 %</b>"#));
+    assert!(
+        dom.contains(r#"id="block-trend">no decisions the previous 5m</span>"#),
+        "the trend says why there is none"
+    );
+    assert!(dom.contains(r#"id="fail-open-trend">no decisions the previous 5m</span>"#));
+
+    // Per-tier scales: the one-request tier fills its own chart.
+    let pro = tier_chart(&dom, "pro");
+    assert!(pro.contains("data-y-max=\"1\""), "{pro:.300}");
+    let plot_height = 120.0 - 8.0 - 22.0;
+    let tallest = bar_heights(pro).into_iter().fold(0.0, f64::max);
+    assert!(
+        tallest > plot_height * 0.9,
+        "the small tier's bar is visible: {tallest} of {plot_height}"
+    );
+    let free = tier_chart(&dom, "free");
+    assert!(free.contains("data-y-max=\"200\""), "{free:.300}");
+    assert!(
+        dom.contains("id=\"shared-scale\""),
+        "the shared-scale toggle"
+    );
+
+    // The memory store: the Redis panels are hidden, and the page says why.
+    for id in ["rtt", "shard-load", "breakers"] {
+        let tag = dom
+            .split(&format!("<section id=\"{id}\""))
+            .nth(1)
+            .unwrap_or_else(|| panic!("section {id}"));
+        assert!(
+            tag[..tag.find('>').unwrap()].contains("hidden"),
+            "{id} is hidden on the memory store"
+        );
+    }
+    let note = dom
+        .split("<section id=\"memory-store\"")
+        .nth(1)
+        .expect("memory-store note");
+    assert!(!note[..note.find('>').unwrap()].contains("hidden"));
+    assert!(note.contains("no round trips, no circuit breakers"));
+}

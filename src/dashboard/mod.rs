@@ -101,17 +101,35 @@ impl IntoResponse for DashboardError {
     }
 }
 
+/// The fleet view over the last `secs` seconds, with the headline rates of
+/// the period before it (as long) for the trend. The previous period is
+/// only read when the current one came from the same source, so a trend
+/// never compares the fleet with one instance.
+async fn with_trend(
+    limiter: &Limiter,
+    now: u64,
+    secs: u64,
+) -> Result<crate::telemetry::FleetStats, DashboardError> {
+    let fleet = limiter.telemetry().fleet();
+    let from = now.saturating_sub(secs);
+    let mut stats = fleet.query(from, now).await?;
+    if from > 0 {
+        if let Ok(before) = fleet.query(from.saturating_sub(secs), from - 1).await {
+            if before.source.kind == stats.source.kind {
+                stats.previous = Some(before.rates());
+            }
+        }
+    }
+    Ok(stats)
+}
+
 async fn page(
     State(limiter): State<Limiter>,
     Query(q): Query<RangeQuery>,
 ) -> Result<Html<String>, DashboardError> {
     let (range, secs) = q.range();
     let now = unix_now();
-    let stats = limiter
-        .telemetry()
-        .fleet()
-        .query(now.saturating_sub(secs), now)
-        .await?;
+    let stats = with_trend(&limiter, now, secs).await?;
     let page = DashboardPage::new(&limiter, stats, range, now);
     Ok(Html(page.render()?))
 }
@@ -121,14 +139,7 @@ async fn stats(
     Query(q): Query<RangeQuery>,
 ) -> Result<Json<crate::telemetry::FleetStats>, DashboardError> {
     let (_, secs) = q.range();
-    let now = unix_now();
-    Ok(Json(
-        limiter
-            .telemetry()
-            .fleet()
-            .query(now.saturating_sub(secs), now)
-            .await?,
-    ))
+    Ok(Json(with_trend(&limiter, unix_now(), secs).await?))
 }
 
 /// `/api/policy`: the tiers and limits, and beside them (`live`) the

@@ -27,6 +27,10 @@ pub struct DashboardPage {
     fail_open_pct: String,
     /// Headline: `blocked` decisions / all decisions over the range.
     block_pct: String,
+    /// The block rate against the previous period (empty without one).
+    block_trend: String,
+    /// The fail-open rate against the previous period.
+    fail_open_trend: String,
     generated: String,
     refresh_ms: u64,
     /// Set when the fleet view did not answer: since (UTC), and why.
@@ -152,7 +156,20 @@ impl DashboardPage {
             .map(|u| (clock_of(u.since), u.reason.clone()));
         Self {
             fail_open_pct: format!("{:.2} %", stats.fail_open_rate * 100.0),
-            block_pct: format!("{:.2} %", block_rate(&stats) * 100.0),
+            block_pct: format!("{:.2} %", stats.block_rate * 100.0),
+            block_trend: trend(
+                stats.block_rate,
+                stats.previous.as_ref().map(|p| (p.decisions, p.block_rate)),
+                range,
+            ),
+            fail_open_trend: trend(
+                stats.fail_open_rate,
+                stats
+                    .previous
+                    .as_ref()
+                    .map(|p| (p.decisions, p.fail_open_rate)),
+                range,
+            ),
             stats,
             range_label: range,
             ranges: super::RANGES
@@ -319,18 +336,51 @@ impl PolicyView {
     }
 }
 
-/// `blocked` decisions (a limit refused them; not the failure policy's
-/// refusals, which the fail-open panel and `fallback_blocked` count) over
-/// all decisions in the range, summed over tiers; 0 without decisions.
-/// The page's script computes the same from `/api/stats`.
-fn block_rate(stats: &FleetStats) -> f64 {
-    if stats.decisions == 0 {
-        return 0.0;
+/// The trend of a rate against the previous period of `range`:
+/// `▲ +1.20 pts vs 3.40 % the previous 15m`, or why there is none.
+fn trend(now: f64, previous: Option<(u64, f64)>, range: &str) -> String {
+    match previous {
+        None => String::new(),
+        Some((0, _)) => format!("no decisions the previous {range}"),
+        Some((_, before)) => {
+            let delta = (now - before) * 100.0;
+            let arrow = if delta > 0.005 {
+                "▲"
+            } else if delta < -0.005 {
+                "▼"
+            } else {
+                "="
+            };
+            format!(
+                "{arrow} {delta:+.2} pts vs {:.2} % the previous {range}",
+                before * 100.0
+            )
+        }
     }
-    let blocked: u64 = stats
-        .totals
-        .values()
-        .filter_map(|outcomes| outcomes.get(Outcome::Blocked.as_str()))
-        .sum();
-    blocked as f64 / stats.decisions as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trend;
+
+    #[test]
+    fn a_trend_says_which_way_by_how_much_and_from_what() {
+        assert_eq!(
+            trend(0.05, Some((100, 0.02)), "15m"),
+            "▲ +3.00 pts vs 2.00 % the previous 15m"
+        );
+        assert_eq!(
+            trend(0.0, Some((10, 0.5)), "5m"),
+            "▼ -50.00 pts vs 50.00 % the previous 5m"
+        );
+        assert_eq!(
+            trend(0.1, Some((5, 0.1)), "1h"),
+            "= +0.00 pts vs 10.00 % the previous 1h"
+        );
+        assert_eq!(
+            trend(0.1, Some((0, 0.0)), "1h"),
+            "no decisions the previous 1h"
+        );
+        assert_eq!(trend(0.1, None, "1h"), "");
+    }
 }

@@ -251,6 +251,12 @@ pub struct FleetStats {
     pub breaker_trips: BTreeMap<String, u64>,
     /// `fallback_allowed` / all decisions (0 when there were none).
     pub fail_open_rate: f64,
+    /// `blocked` (refused by a limit; not the failure policy's refusals)
+    /// / all decisions (0 when there were none).
+    pub block_rate: f64,
+    /// The same rates over the period just before this one, as long as
+    /// this one, for the trend (`None` when it was not read).
+    pub previous: Option<PeriodRates>,
     /// Where this view came from.
     pub source: ViewSource,
     /// The policies instances ran while flushing in the range, most
@@ -260,6 +266,34 @@ pub struct FleetStats {
     /// The instances that flushed events in the range, latest report
     /// first.
     pub instances: Vec<InstanceSeen>,
+}
+
+/// The headline rates of one period.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct PeriodRates {
+    /// Period start, Unix seconds.
+    pub from: u64,
+    /// Period end, Unix seconds.
+    pub to: u64,
+    /// All decisions in it.
+    pub decisions: u64,
+    /// Its block rate (see [`FleetStats::block_rate`]).
+    pub block_rate: f64,
+    /// Its fail-open rate.
+    pub fail_open_rate: f64,
+}
+
+impl FleetStats {
+    /// This view's headline rates.
+    pub fn rates(&self) -> PeriodRates {
+        PeriodRates {
+            from: self.from,
+            to: self.to,
+            decisions: self.decisions,
+            block_rate: self.block_rate,
+            fail_open_rate: self.fail_open_rate,
+        }
+    }
 }
 
 /// A policy some instance ran while flushing.
@@ -520,6 +554,12 @@ pub(crate) fn merge(
         .collect();
     if s.decisions > 0 {
         s.fail_open_rate = fallback_allowed as f64 / s.decisions as f64;
+        let blocked: u64 = s
+            .totals
+            .values()
+            .filter_map(|per| per.get(Outcome::Blocked.as_str()))
+            .sum();
+        s.block_rate = blocked as f64 / s.decisions as f64;
     }
     s.bucket_starts = starts;
     s
