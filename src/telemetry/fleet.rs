@@ -155,6 +155,13 @@ pub struct ViewSource {
     /// and recovered from, with what it kept and wrote afterwards (`None`
     /// until one ended, and always without Redis).
     pub last_outage: Option<Outage>,
+    /// Buckets of the range the fleet view in Redis did not answer while
+    /// the others did (a Redis Cluster master that is down holds them):
+    /// their part of the view is this instance's own, and stale. Empty
+    /// otherwise.
+    pub stale_buckets: Vec<u64>,
+    /// Why the last of them did not answer.
+    pub stale_reason: Option<String>,
 }
 
 /// An outage of the fleet view in Redis that ended.

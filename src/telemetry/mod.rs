@@ -523,17 +523,26 @@ impl FleetReader {
             #[cfg(feature = "redis-store")]
             Sink::Redis(sink) => {
                 let mut s = match sink.read(res, &starts, READ_BUDGET).await {
-                    Ok(buckets) => {
+                    Ok(mut partial) => {
                         *inner.unavailable.lock() = None;
+                        // Buckets a lost cluster shard holds: this
+                        // instance's own part of them, marked stale.
+                        if !partial.missing.is_empty() {
+                            partial
+                                .buckets
+                                .extend(inner.local.read(res, &partial.missing));
+                        }
                         let mut s = fleet::merge(
                             from_unix_s,
                             to_unix_s,
                             res,
                             starts.clone(),
-                            &buckets,
+                            &partial.buckets,
                             top,
                         );
                         s.source.kind = "fleet";
+                        s.source.stale_buckets = partial.missing;
+                        s.source.stale_reason = partial.reason;
                         s
                     }
                     Err(e) => {

@@ -135,6 +135,19 @@ impl Conn {
     }
 }
 
+/// What a read got: the buckets that answered, and those that did not (a
+/// cluster shard that is down; always empty on a single node, where a
+/// failure fails the read).
+#[derive(Debug, Default)]
+pub(crate) struct Partial {
+    /// `(start, data)` of every bucket that answered.
+    pub buckets: Vec<(u64, Flat)>,
+    /// Starts of the buckets that did not answer, oldest first.
+    pub missing: Vec<u64>,
+    /// Why the last of them did not.
+    pub reason: Option<String>,
+}
+
 /// Writes flushed batches into, and reads buckets from, Redis.
 pub(crate) struct RedisSink {
     target: RedisTarget,
@@ -271,6 +284,13 @@ impl RedisSink {
             self.pending.push(Pending::new(now, flat));
         }
         let mut queue = self.pending.take();
+        // A cluster keeps each bucket on its own shard: a bucket whose
+        // shard refused is kept and the next buckets are still written, so
+        // one lost master delays only its own buckets. A timeout stops the
+        // flush (every further bucket could wait as long).
+        let per_bucket = matches!(self.target.endpoints, Endpoints::Cluster(_));
+        let mut failed = Vec::new();
+        let mut first_error = None;
         while let Some(mut item) = queue.pop_front() {
             if let Err(e) = self.write_one(now, &mut item).await {
                 tracing::debug!(
@@ -278,12 +298,23 @@ impl RedisSink {
                     events = item.flat.events,
                     "fleet view flush failed; kept for a later flush"
                 );
-                self.pending.put_back(std::iter::once(item).chain(queue));
-                return Err(e);
+                let stop = !per_bucket || e.is_timeout();
+                failed.push(item);
+                first_error.get_or_insert(e);
+                if stop {
+                    break;
+                }
+                continue;
             }
             self.pending.written(&item);
         }
-        Ok(())
+        match first_error {
+            None => Ok(()),
+            Some(e) => {
+                self.pending.put_back(failed.into_iter().chain(queue));
+                Err(e)
+            }
+        }
     }
 
     /// What waits for Redis, and what the buffer dropped.
@@ -318,19 +349,29 @@ impl RedisSink {
         }
     }
 
-    /// Reads the buckets of `starts` at resolution `res`. The newest
-    /// bucket must answer within `first_answer`, the whole read within four
-    /// times the target's timeout: a Redis that does not answer is known
+    /// Reads the buckets of `starts` at resolution `res`.
+    ///
+    /// A single node: the newest bucket must answer within `first_answer`,
+    /// the whole read within four times the target's timeout, and any
+    /// failure fails the read: a Redis that does not answer is known
     /// quickly, while a long range on a live Redis may take longer.
+    ///
+    /// A cluster keeps each bucket on the shard its hash tag names, so one
+    /// lost master loses only its buckets: each bucket gets `first_answer`,
+    /// the buckets that did not answer are listed in
+    /// [`Partial::missing`], and the read fails only when none answered.
     pub async fn read(
         &self,
         res: Resolution,
         starts: &[u64],
         first_answer: Duration,
-    ) -> Result<Vec<(u64, Flat)>, TelemetryError> {
+    ) -> Result<Partial, TelemetryError> {
         let Some((&newest, older)) = starts.split_last() else {
-            return Ok(Vec::new());
+            return Ok(Partial::default());
         };
+        if let Endpoints::Cluster(_) = self.target.endpoints {
+            return self.read_partial(res, starts, first_answer).await;
+        }
         let first = tokio::time::timeout(first_answer, async {
             let mut conn = self.conn().await?;
             self.read_bucket(&mut conn, res, newest).await
@@ -350,7 +391,58 @@ impl RedisSink {
             .map_err(|_| TelemetryError::Timeout)?;
         let mut out: Vec<(u64, Flat)> = rows.into_iter().collect::<Result<_, _>>()?;
         out.push(first);
-        Ok(out)
+        Ok(Partial {
+            buckets: out,
+            ..Partial::default()
+        })
+    }
+
+    /// A cluster's read: every bucket on its own, within `each`.
+    async fn read_partial(
+        &self,
+        res: Resolution,
+        starts: &[u64],
+        each: Duration,
+    ) -> Result<Partial, TelemetryError> {
+        let conn = tokio::time::timeout(each, self.conn())
+            .await
+            .map_err(|_| TelemetryError::Timeout)??;
+        let work = futures_util::stream::iter(starts.iter().copied())
+            .map(|start| {
+                let mut conn = conn.clone();
+                async move {
+                    let row = tokio::time::timeout(each, self.read_bucket(&mut conn, res, start))
+                        .await
+                        .map_err(|_| TelemetryError::Timeout)
+                        .and_then(|r| r);
+                    (start, row)
+                }
+            })
+            .buffer_unordered(16)
+            .collect::<Vec<_>>();
+        let rows = tokio::time::timeout(self.target.timeout * 4, work)
+            .await
+            .map_err(|_| TelemetryError::Timeout)?;
+        let mut out = Partial::default();
+        let mut last_error = None;
+        for (start, row) in rows {
+            match row {
+                Ok(bucket) => out.buckets.push(bucket),
+                Err(e) => {
+                    out.missing.push(start);
+                    last_error = Some(e);
+                }
+            }
+        }
+        match last_error {
+            Some(e) if out.buckets.is_empty() => Err(e),
+            Some(e) => {
+                out.missing.sort_unstable();
+                out.reason = Some(e.to_string());
+                Ok(out)
+            }
+            None => Ok(out),
+        }
     }
 
     /// One bucket: its hashes whole (bounded by the policy's labels) and the
