@@ -271,7 +271,7 @@ pub struct FleetStats {
     /// progress (or stuck).
     pub policies: Vec<PolicySeen>,
     /// The instances that flushed events in the range, latest report
-    /// first.
+    /// first (at most [`MAX_INSTANCES_LISTED`]).
     pub instances: Vec<InstanceSeen>,
 }
 
@@ -302,6 +302,10 @@ impl FleetStats {
         }
     }
 }
+
+/// Most instances [`FleetStats::instances`] lists (the latest reports):
+/// a page lists a fleet, not every pod a rollout ever started.
+pub const MAX_INSTANCES_LISTED: usize = 200;
 
 /// A policy some instance ran while flushing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
@@ -442,6 +446,7 @@ pub(crate) fn merge(
             .cmp(&a.last_report)
             .then_with(|| a.instance.cmp(&b.instance))
     });
+    s.instances.truncate(MAX_INSTANCES_LISTED);
     s.policies = policies
         .into_iter()
         .map(|(p, (flushes, last_seen))| {
@@ -618,6 +623,29 @@ mod tests {
         assert_eq!(Resolution::for_range(now - 7200, now, now).secs, 60);
         let starts = RESOLUTIONS[0].starts(now - 25, now, now);
         assert_eq!(starts, vec![now - 30, now - 20, now - 10, now]);
+    }
+
+    #[test]
+    fn instances_sum_their_events_and_keep_their_latest_report() {
+        let b = |events, at| Flat {
+            instances: vec![("edge-a".into(), events), ("edge-b".into(), 1)],
+            reported: vec![("edge-a".into(), at), ("edge-b".into(), 5)],
+            ..Flat::default()
+        };
+        let s = merge(
+            0,
+            30,
+            RESOLUTIONS[0],
+            vec![0, 10, 20],
+            &[(0, b(3, 7)), (20, b(4, 25)), (10, b(2, 12))],
+            10,
+        );
+        let seen: Vec<(&str, u64, u64)> = s
+            .instances
+            .iter()
+            .map(|i| (i.instance.as_str(), i.events, i.last_report))
+            .collect();
+        assert_eq!(seen, vec![("edge-a", 9, 25), ("edge-b", 3, 5)]);
     }
 
     #[test]
