@@ -344,12 +344,12 @@ impl Limiter {
                 .iter()
                 .find(|l| !l.allowed && !l.shadow)
                 .or(report.limits.first())
-                .map(|l| l.name.clone());
+                .map(|l| &*l.name);
             crate::telemetry::span::decision(
                 &request.tag,
                 &group.label,
                 outcome,
-                limit.as_deref(),
+                limit,
                 "store",
                 d.store_rtt,
             );
