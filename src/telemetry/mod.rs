@@ -71,8 +71,9 @@ pub use aggregate::MAX_SERIES;
 pub(crate) use aggregate::append_display_name;
 pub use event::{Event, FallbackReason, Outcome};
 pub use fleet::{
-    BlockedKey, FleetStats, HotKey, HotShard, InstanceSeen, Outage, PeriodRates, PolicySeen,
-    RESOLUTIONS, Resolution, RttSeries, RttStats, Unavailable, ViewSource, quantile,
+    BlockedKey, FleetStats, HotKey, HotShard, InstanceSeen, MAX_INSTANCES_LISTED, Outage,
+    PeriodRates, PolicySeen, RESOLUTIONS, Resolution, RttSeries, RttStats, Unavailable, ViewSource,
+    quantile,
 };
 pub use metrics::{DropReason, RttOp, render};
 #[cfg(feature = "redis-store")]
