@@ -175,8 +175,24 @@ pub fn tier(limits: usize) -> Tier {
     t
 }
 
+/// The deployment secret of every benchmark policy: identities built
+/// beforehand with [`bench_key`] are already hashed with the limiter's
+/// key, so an in-process check does not hash them again (as it would an
+/// identity hashed under another key, such as the memory store's random
+/// one).
+pub const HASH_SECRET: &str = "a benchmark deployment secret";
+
+/// The identity key of [`HASH_SECRET`].
+pub fn bench_key() -> ratewatch::store::keys::IdentityKey {
+    ratewatch::store::keys::IdentityKey::new(HASH_SECRET.as_bytes())
+}
+
 pub fn policy(limits: usize, store: StoreSettings) -> Policy {
     Policy::builder()
+        .identity(ratewatch::policy::IdentitySettings {
+            hash_secret: ratewatch::policy::HashSecret::new(HASH_SECRET),
+            ..Default::default()
+        })
         .store(store)
         .tier(tier(limits))
         .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 10)))
