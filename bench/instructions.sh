@@ -6,6 +6,7 @@
 #
 #   bench/instructions.sh rw-redis-1          # 2000 requests
 #   bench/instructions.sh rw-memory-1 5000
+#   BIN=/tmp/suite-before bench/instructions.sh rw-redis-1
 #
 # Prints the count and leaves the callgrind profile in $OUT (default
 # /tmp/ratewatch-callgrind.VARIANT) for callgrind_annotate.
@@ -16,9 +17,14 @@ n=${2:-2000}
 out=${OUT:-/tmp/ratewatch-callgrind.$variant}
 command -v valgrind >/dev/null || { echo "needs valgrind" >&2; exit 1; }
 
-cargo bench --bench suite --no-run 2>/dev/null
-bin=$(cargo bench --bench suite --no-run --message-format=json 2>/dev/null |
-  sed -n 's/.*"executable":"\([^"]*suite[^"]*\)".*/\1/p' | tail -1)
+# BIN=path runs an already built suite binary (a copy of an older build,
+# to count before and after side by side).
+bin=${BIN:-}
+if [ -z "$bin" ]; then
+  cargo bench --bench suite --no-run 2>/dev/null
+  bin=$(cargo bench --bench suite --no-run --message-format=json 2>/dev/null |
+    sed -n 's/.*"executable":"\([^"]*suite[^"]*\)".*/\1/p' | tail -1)
+fi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 rport=$(free_port); sport=$(free_port)
 dir=$(mktemp -d)

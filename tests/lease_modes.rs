@@ -552,3 +552,93 @@ async fn shutdown_with_redis_frozen_gives_leases_back_within_one_budget_not_one_
         started.elapsed()
     );
 }
+
+/// Three instances sharing one identity at 300 decisions/s each against a
+/// window of 600 per second, so a third is refused: in the quota's tail
+/// leases shrink with what is left instead of deciding every request in
+/// Redis, so the whole run costs at most one script call per ten
+/// decisions, and no window admits more than its limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_pressing_one_window_pay_a_script_call_per_ten_decisions_at_most() {
+    use support::hammer::unix_us;
+    const LIMIT: usize = 600;
+    const WINDOW_US: u64 = 1_000_000;
+    const WINDOWS: u64 = 3;
+    let redis = RedisServer::start();
+    let text = format!(
+        r#"
+[store]
+kind = "redis"
+url = "{}"
+timeout_ms = 2000
+
+[resilience]
+expected_instances = 3
+
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [{{ name = "second", algorithm = "fixed_window", limit = {LIMIT}, window = "1s", mode = "leased" }}]
+
+[[tiers]]
+name = "anonymous"
+limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }}]
+"#,
+        redis.url()
+    );
+    let policy = Policy::from_toml_str(&text, Some("fleet.toml")).expect("policy");
+    let mut limiters = Vec::new();
+    for _ in 0..3 {
+        limiters.push(Limiter::new(policy.clone()).await.expect("limiter"));
+    }
+    // Counted from the window after next: the leases are warm by then.
+    let now = unix_us();
+    let start = now - now % WINDOW_US + 2 * WINDOW_US;
+    let end = start + WINDOWS * WINDOW_US;
+    let tasks: Vec<_> = limiters
+        .iter()
+        .map(|l| {
+            let l = l.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / 300.0));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                let mut shots = Vec::new();
+                loop {
+                    tick.tick().await;
+                    let sent = unix_us();
+                    if sent >= end {
+                        break;
+                    }
+                    let d = l.check(&caller(), "free", None).await;
+                    shots.push((sent, unix_us(), d.allowed));
+                }
+                shots
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_micros(start.saturating_sub(unix_us()))).await;
+    let calls = redis.command_calls("evalsha");
+    let mut shots = Vec::new();
+    for t in tasks {
+        shots.extend(t.await.expect("pacer"));
+    }
+    let calls = redis.command_calls("evalsha") - calls;
+    let counted: Vec<_> = shots.iter().filter(|s| s.0 >= start).collect();
+    let decisions = counted.len() as u64;
+    assert!(decisions >= 900, "the load sent only {decisions} decisions");
+    assert!(
+        calls * 10 <= decisions,
+        "{calls} script calls for {decisions} decisions"
+    );
+    for w in 0..WINDOWS {
+        let (from, to) = (start + w * WINDOW_US, start + (w + 1) * WINDOW_US);
+        let inside = counted
+            .iter()
+            .filter(|s| s.2 && s.0 >= from && s.1 < to)
+            .count();
+        assert!(inside <= LIMIT, "window {w} admitted {inside} > {LIMIT}");
+    }
+    for l in &limiters {
+        l.shutdown().await;
+    }
+}

@@ -48,7 +48,7 @@ impl Contenders {
         let keys: Vec<String> = (0..DISTINCT).map(|i| format!("free_k{i:07}")).collect();
         let ids = keys
             .iter()
-            .map(|k| Identity::new(IdentityKind::ApiKey, k.clone()))
+            .map(|k| Identity::keyed(IdentityKind::ApiKey, k.clone(), &crate::serve::bench_key()))
             .collect();
         Self {
             ids: Arc::new(ids),
@@ -60,7 +60,11 @@ impl Contenders {
     pub fn hot() -> Self {
         let key = "free_k0000000".to_owned();
         Self {
-            ids: Arc::new(vec![Identity::new(IdentityKind::ApiKey, key.clone())]),
+            ids: Arc::new(vec![Identity::keyed(
+                IdentityKind::ApiKey,
+                key.clone(),
+                &crate::serve::bench_key(),
+            )]),
             keys: Arc::new(vec![key]),
         }
     }

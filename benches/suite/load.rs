@@ -125,6 +125,43 @@ pub fn wrk(port: u16, secs: u64, connections: u32, threads: u32) -> HttpRun {
     parse_wrk(&text)
 }
 
+/// Runs wrk posting `body` (JSON) to `path` on `port` for `secs` seconds.
+pub fn wrk_post(
+    port: u16,
+    path: &str,
+    body: &str,
+    secs: u64,
+    connections: u32,
+    threads: u32,
+) -> HttpRun {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let script = dir.path().join("post.lua");
+    std::fs::write(
+        &script,
+        format!(
+            "wrk.method = \"POST\"\nwrk.body = [[{body}]]\nwrk.headers[\"Content-Type\"] = \"application/json\"\n"
+        ),
+    )
+    .expect("write the wrk script");
+    let out = Command::new("wrk")
+        .args([
+            "-t",
+            &threads.to_string(),
+            "-c",
+            &connections.to_string(),
+            "-d",
+            &format!("{secs}s"),
+            "--latency",
+            "-s",
+        ])
+        .arg(&script)
+        .arg(format!("http://127.0.0.1:{port}{path}"))
+        .output()
+        .expect("run wrk");
+    let text = String::from_utf8_lossy(&out.stdout);
+    parse_wrk(&text)
+}
+
 fn duration_ms(s: &str) -> Option<f64> {
     let s = s.trim();
     let (num, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic())?);

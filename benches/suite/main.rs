@@ -16,6 +16,9 @@
 //! - One hot key in lease mode (`Limiter::check`, 2 threads) against that
 //!   ceiling, with the decide calls it cost (`cargo bench --bench suite --
 //!   lease 5` runs it alone).
+//! - Three servers sharing one identity in lease mode at 300 decisions/s
+//!   each: decisions per script call and admissions per window
+//!   (`cargo bench --bench suite -- fleet 5` runs it alone).
 //! - Telemetry on against off; Redis bytes per identity per algorithm.
 //! - Redis on loopback and, beside it, behind an emulated network round
 //!   trip (`netem.rs`, `--net-delay-us`, one way), ratewatch's one round
@@ -76,6 +79,11 @@ pub struct Results {
     pub rtt_net_us: f64,
     /// The decision service over gRPC, per store, per round.
     pub rls_grpc: HashMap<rls::Store, Vec<rls::GrpcRun>>,
+    /// The decision service over HTTP (`POST /v1/decide`), per store, per
+    /// round.
+    pub rls_http: HashMap<rls::Store, Vec<HttpRun>>,
+    /// Three servers sharing one leased identity, per limit, per round.
+    pub fleet: HashMap<u64, Vec<lease::FleetRun>>,
     /// wrk through Envoy: `alone`, or with ratewatch's RLS on `memory` /
     /// `redis`, per round.
     pub envoy: HashMap<&'static str, Vec<(HttpRun, rls::EnvoyExtras)>>,
@@ -144,6 +152,34 @@ fn main() {
                 l.ops, l.decisions, l.commands
             );
         }
+        Some("fleet") => {
+            // `fleet SECS [LIMIT...]`: only three servers sharing one leased
+            // identity at 300 decisions/s each, against a fresh Redis.
+            let secs = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(5.0);
+            let limits: Vec<u64> = if args.len() > 2 {
+                args[2..]
+                    .iter()
+                    .map(|a| a.parse().expect("a limit"))
+                    .collect()
+            } else {
+                lease::FLEET_LIMITS.to_vec()
+            };
+            let redis = support::RedisServer::start();
+            for limit in limits {
+                let f = lease::fleet(&redis.url(), redis.port, limit, secs);
+                println!(
+                    "limit {}/s: {} decisions, {} admitted, {} script calls ({:.1} decisions per call), {} windows, most admitted in one {}, overshoot {}",
+                    f.limit,
+                    f.decisions,
+                    f.admitted,
+                    f.calls,
+                    f.per_call(),
+                    f.windows,
+                    f.max_admitted,
+                    f.overshoot
+                );
+            }
+        }
         Some("proxy") => {
             // `proxy UPSTREAM_PORT DELAY_US`: the emulated network alone, for
             // measuring a server behind it by hand.
@@ -178,7 +214,7 @@ fn main() {
         Some("run") | None => run(parse(&args)),
         Some(other) => {
             eprintln!(
-                "usage: bench run [--rounds N] [--secs S] [--out FILE] [--net-delay-us US] | bench memory | bench rls SECS | bench serve VARIANT PORT [URL...] | bench proxy UPSTREAM_PORT DELAY_US | bench requests PORT N [CONNECTIONS] | bench check SECS [THREADS] [off|governor] | bench count N [off]\nunknown: {other}"
+                "usage: bench run [--rounds N] [--secs S] [--out FILE] [--net-delay-us US] | bench memory | bench rls SECS | bench fleet SECS [LIMIT...] | bench serve VARIANT PORT [URL...] | bench proxy UPSTREAM_PORT DELAY_US | bench requests PORT N [CONNECTIONS] | bench check SECS [THREADS] [off|governor] | bench count N [off]\nunknown: {other}"
             );
             std::process::exit(2);
         }
@@ -343,6 +379,18 @@ fn run(o: Options) {
             l.per_command()
         );
         r.lease.push(l);
+        for limit in lease::FLEET_LIMITS {
+            let f = lease::fleet(&redis.url(), redis.port, limit, o.secs as f64);
+            eprintln!(
+                "bench: round {} leases, 3 servers × {:.0}/s, limit {}/s: {:.1} decisions per script call, overshoot {}",
+                round + 1,
+                lease::FLEET_RATE,
+                limit,
+                f.per_call(),
+                f.overshoot
+            );
+            r.fleet.entry(limit).or_default().push(f);
+        }
         rls::round(&o, &redis.url(), round, &mut r);
     }
 

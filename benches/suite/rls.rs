@@ -6,6 +6,8 @@
 //!   memory store and on Redis. h2load counts HTTP statuses, not
 //!   `grpc-status`, so one call is checked by hand first (`curl`) and the
 //!   server's error counter is read after.
+//! - The same descriptor over HTTP: `wrk` posting JSON to `POST
+//!   /v1/decide` on the `--listen` port, both stores.
 //! - Envoy alone against Envoy + ratewatch's RLS: `wrk` through a real
 //!   Envoy (the one `tests/envoy.rs` runs) whose upstream answers itself,
 //!   without and with the ratelimit filter, at Envoy's default RLS timeout
@@ -106,6 +108,32 @@ pub fn grpc_request() -> Vec<u8> {
 }
 
 const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// The gRPC row's descriptor as a `POST /v1/decide` body.
+pub const DECIDE_BODY: &str =
+    r#"{"domain":"bench","descriptors":[{"api_key":"free_bench_key_0001"}]}"#;
+
+/// Posts [`DECIDE_BODY`] once and panics unless it is answered 200 with
+/// `"allowed":true`.
+pub fn check_one_decide(port: u16) {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-w",
+            "\n%{http_code}",
+            "-H",
+            "content-type: application/json",
+        ])
+        .args(["--data-binary", DECIDE_BODY])
+        .arg(format!("http://127.0.0.1:{port}/v1/decide"))
+        .output()
+        .expect("run curl (apt-get install curl)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.ends_with("\n200") && text.contains("\"allowed\":true"),
+        "POST /v1/decide did not admit: {text}"
+    );
+}
 
 /// Sends the request once with curl and panics unless the answer is
 /// `grpc-status: 0` with `overall_code: OK` (field 1 = 1, the first bytes
@@ -322,6 +350,41 @@ pub fn round(o: &crate::Options, redis_url: &str, round: usize, r: &mut crate::R
             }
         );
         r.rls_grpc.entry(store).or_default().push(run);
+        // The same descriptor over HTTP: `POST /v1/decide` on the
+        // `--listen` port, wrk at the HTTP section's concurrency.
+        check_one_decide(server.server.port);
+        load::wrk_post(
+            server.server.port,
+            "/v1/decide",
+            DECIDE_BODY,
+            1,
+            o.connections,
+            o.wrk_threads,
+        );
+        let cpu = cpu_us(server.pid());
+        let mut run = load::wrk_post(
+            server.server.port,
+            "/v1/decide",
+            DECIDE_BODY,
+            o.secs,
+            o.connections,
+            o.wrk_threads,
+        );
+        run.cpu_us = (cpu_us(server.pid()) - cpu) / run.requests.max(1) as f64;
+        eprintln!(
+            "bench: round {} rls http {:<17} {:>9.0} decisions/s {:>6.2} µs CPU/decision p50 {:.3} ms{}",
+            round + 1,
+            store.name(),
+            run.rps,
+            run.cpu_us,
+            run.p50_ms,
+            if run.errors > 0 {
+                format!(" ({} errors)", run.errors)
+            } else {
+                String::new()
+            }
+        );
+        r.rls_http.entry(store).or_default().push(run);
         if envoy {
             let (run, extras) =
                 through_envoy(Some(&server), o.secs, ENVOY_CONNECTIONS, ENVOY_WRK_THREADS);
@@ -418,16 +481,18 @@ pub fn render(w: &mut String, o: &crate::Options, r: &crate::Results) {
     }
     let _ = writeln!(
         w,
-        "\n## Decision service: Envoy's RLS v3 over gRPC\n\n\
+        "\n## Decision service: Envoy's RLS v3 over gRPC, and `POST /v1/decide` over HTTP\n\n\
          `ratewatch serve --grpc-listen` (the binary, h2c) answering `ShouldRateLimit` for one \
          descriptor of an envoyproxy/ratelimit YAML (`api_key`, a fixed window per hour that never \
          blocks), loaded by `h2load -t1 -c4 -m16 -D{}` posting one pre-encoded call (one call was \
-         checked to answer `grpc-status: 0`, `OK` first). Beside it, the axum layer's decisions of \
+         checked to answer `grpc-status: 0`, `OK` first); the same descriptor posted as JSON to \
+         `POST /v1/decide` on the HTTP port by `wrk -t{} -c{} -d{}s` (one call checked to answer \
+         200 and `allowed` first). Beside them, the axum layer's decisions of \
          the HTTP section (one token bucket; `wrk`), the same store. \"Per server core\" is one \
          second of server CPU (user + system) over the CPU one decision took. The anchor: \
          envoyproxy/ratelimit's only published production figure is about 2.5k requests/s per \
          4-vCPU instance at 40% CPU (its issue #26), about 1.6k per busy core.\n",
-        o.secs
+        o.secs, o.wrk_threads, o.connections, o.secs
     );
     let _ = writeln!(
         w,
@@ -445,6 +510,21 @@ pub fn render(w: &mut String, o: &crate::Options, r: &crate::Results) {
             median(runs.iter().map(|x| x.rps).collect()),
             median(runs.iter().map(|x| x.cpu_us).collect()),
             per_core(runs),
+            runs.iter().map(|x| x.errors).sum::<u64>()
+        );
+    }
+    for store in Store::ALL {
+        let runs = r.rls_http.get(&store).map_or(&[][..], Vec::as_slice);
+        if runs.is_empty() {
+            continue;
+        }
+        let cpu = median(runs.iter().map(|x| x.cpu_us).collect());
+        let _ = writeln!(
+            w,
+            "| decision service, HTTP `POST /v1/decide` | {} | {:.0} | {cpu:.2} | {:.0} | {} |",
+            store.name(),
+            median(runs.iter().map(|x| x.rps).collect()),
+            1e6 / cpu,
             runs.iter().map(|x| x.errors).sum::<u64>()
         );
     }

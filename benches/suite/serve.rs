@@ -37,6 +37,11 @@ pub enum Variant {
     Redis1,
     /// ratewatch, one Redis node, a three-limit tier.
     Redis3,
+    /// The floor of any Redis-backed limiter: the handler plus one
+    /// `EVALSHA` of the minimal token-bucket script per request through
+    /// the same client (redis-rs `ConnectionManager`) plus the same five
+    /// static headers as [`Variant::HeaderFloor`].
+    RedisFloor,
     /// ratewatch, a 3-master Redis Cluster, one token bucket.
     Cluster1,
     /// A tutorial-style Redis limiter: INCR (+EXPIRE) per limit, three
@@ -50,7 +55,7 @@ pub enum Variant {
 }
 
 impl Variant {
-    pub const ALL: [Variant; 12] = [
+    pub const ALL: [Variant; 13] = [
         Variant::Bare,
         Variant::HeaderFloor,
         Variant::Governor,
@@ -59,6 +64,7 @@ impl Variant {
         Variant::Memory3,
         Variant::Redis1,
         Variant::Redis3,
+        Variant::RedisFloor,
         Variant::Cluster1,
         Variant::Naive3,
         Variant::Redis3Net,
@@ -75,6 +81,7 @@ impl Variant {
             Variant::Memory3 => "rw-memory-3",
             Variant::Redis1 => "rw-redis-1",
             Variant::Redis3 => "rw-redis-3",
+            Variant::RedisFloor => "redis-floor",
             Variant::Cluster1 => "rw-cluster-1",
             Variant::Naive3 => "naive-redis-3",
             Variant::Redis3Net => "rw-redis-3-net",
@@ -92,6 +99,9 @@ impl Variant {
             Variant::Memory3 => "ratewatch, memory, 3-limit tier",
             Variant::Redis1 => "ratewatch, Redis, 1 limit",
             Variant::Redis3 => "ratewatch, Redis, 3-limit tier",
+            Variant::RedisFloor => {
+                "Redis floor: 1 `EVALSHA` of the minimal script + the 5 static headers"
+            }
             Variant::Cluster1 => "ratewatch, 3-master Redis Cluster, 1 limit",
             Variant::Naive3 => "naive Redis limiter, 3 limits, 3 round trips",
             Variant::Redis3Net => "ratewatch, Redis, 3-limit tier, emulated network",
@@ -108,6 +118,7 @@ impl Variant {
             self,
             Variant::Redis1
                 | Variant::Redis3
+                | Variant::RedisFloor
                 | Variant::Naive3
                 | Variant::Redis3Net
                 | Variant::Naive3Net
@@ -164,8 +175,24 @@ pub fn tier(limits: usize) -> Tier {
     t
 }
 
+/// The deployment secret of every benchmark policy: identities built
+/// beforehand with [`bench_key`] are already hashed with the limiter's
+/// key, so an in-process check does not hash them again (as it would an
+/// identity hashed under another key, such as the memory store's random
+/// one).
+pub const HASH_SECRET: &str = "a benchmark deployment secret";
+
+/// The identity key of [`HASH_SECRET`].
+pub fn bench_key() -> ratewatch::store::keys::IdentityKey {
+    ratewatch::store::keys::IdentityKey::new(HASH_SECRET.as_bytes())
+}
+
 pub fn policy(limits: usize, store: StoreSettings) -> Policy {
     Policy::builder()
+        .identity(ratewatch::policy::IdentitySettings {
+            hash_secret: ratewatch::policy::HashSecret::new(HASH_SECRET),
+            ..Default::default()
+        })
         .store(store)
         .tier(tier(limits))
         .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 10)))
@@ -297,6 +324,57 @@ async fn naive_limit(
     next.run(req).await
 }
 
+/// The Redis floor's per-request work: one `EVALSHA` of the minimal
+/// token-bucket script (loaded at start) for the caller's key, through a
+/// `ConnectionManager`, then the handler and the five static headers.
+async fn floor_limit(
+    State((conn, sha)): State<(redis::aio::ConnectionManager, std::sync::Arc<str>)>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let Some(key) = req.headers().get("x-api-key").and_then(|v| v.to_str().ok()) else {
+        return StatusCode::UNAUTHORIZED.into_response();
+    };
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(&*sha)
+        .arg(1)
+        .arg(key)
+        .arg(1_000_000_000u64)
+        .arg(1_000_000_000u64)
+        .arg(1);
+    let mut c = conn.clone();
+    let (allowed, _left): (i64, i64) = match cmd.query_async(&mut c).await {
+        Ok(reply) => reply,
+        Err(_) => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    };
+    if allowed != 1 {
+        return StatusCode::TOO_MANY_REQUESTS.into_response();
+    }
+    let mut res = next.run(req).await;
+    let h = res.headers_mut();
+    for (k, v) in floor_headers() {
+        h.insert(k, v);
+    }
+    res
+}
+
+async fn redis_floor_app(url: &str) -> Router {
+    let client = redis::Client::open(url).expect("redis url");
+    let mut conn = redis::aio::ConnectionManager::new(client)
+        .await
+        .expect("redis connection");
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(crate::MINIMAL_LUA)
+        .query_async(&mut conn)
+        .await
+        .expect("load the minimal script");
+    app().layer(middleware::from_fn_with_state(
+        (conn, std::sync::Arc::<str>::from(sha)),
+        floor_limit,
+    ))
+}
+
 async fn naive_app(url: &str) -> Router {
     let client = redis::Client::open(url).expect("redis url");
     let conn = redis::aio::ConnectionManager::new(client)
@@ -346,6 +424,7 @@ pub fn serve(variant: Variant, port: u16, urls: &[String]) {
                 )
                 .await
             }
+            Variant::RedisFloor => redis_floor_app(&urls[0]).await,
             Variant::Naive3 | Variant::Naive3Net => naive_app(&urls[0]).await,
         };
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))

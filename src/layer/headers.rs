@@ -98,12 +98,19 @@ pub fn insert(h: &mut HeaderMap, d: &Decision) {
 /// Adds the rate-limit headers of `d` in `families` to `h` (`Retry-After`
 /// is not one of them: refusals add it).
 pub fn insert_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies) {
-    // One scratch buffer for every value: this runs on every response.
-    let mut buf = String::with_capacity(64);
+    // One scratch buffer per thread for every value: this runs on every
+    // response, and a buffer of its own was an allocation each time.
+    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+        Ok(mut buf) => write_families(h, d, families, &mut buf),
+        Err(_) => write_families(h, d, families, &mut String::new()),
+    });
+}
+
+fn write_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies, buf: &mut String) {
     // Room for all five at once: the map grows once, not header by header.
     h.reserve(5);
     if families.ietf {
-        insert_policy(h, d, &mut buf);
+        insert_policy(h, d, buf);
     }
     if !(families.ietf || families.x_ratelimit) {
         return;
@@ -120,9 +127,9 @@ pub fn insert_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies
     if families.ietf {
         let t = ceil_secs(until);
         buf.clear();
-        push_sf_string(&mut buf, &top.name);
+        push_sf_string(buf, &top.name);
         let _ = write!(buf, ";r={remaining};t={t}");
-        put(h, RATELIMIT, &buf);
+        put(h, RATELIMIT, buf);
     }
     if families.x_ratelimit {
         // The epoch second at or after which quota is back: rounded up, so
@@ -135,7 +142,14 @@ pub fn insert_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies
             }),
         );
         h.insert(X_RATELIMIT_REMAINING, HeaderValue::from(remaining));
-        h.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
+        // Many responses share a reset second: one value per second per
+        // thread, not a formatted copy each.
+        h.insert(
+            X_RATELIMIT_RESET,
+            cached(&RESET, reset, |b| {
+                let _ = write!(b, "{reset}");
+            }),
+        );
     }
 }
 
@@ -152,6 +166,10 @@ thread_local! {
     static POLICY: RefCell<Option<(String, HeaderValue)>> = const { RefCell::new(None) };
     /// The last `X-RateLimit-Limit` value, by quota.
     static QUOTA: RefCell<Option<(u64, HeaderValue)>> = const { RefCell::new(None) };
+    /// The last `X-RateLimit-Reset` value, by epoch second.
+    static RESET: RefCell<Option<(u64, HeaderValue)>> = const { RefCell::new(None) };
+    /// The buffer header values are written into.
+    static SCRATCH: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
 /// The value for `key` from a one-entry per-thread memo, built by `write`

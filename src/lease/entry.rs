@@ -67,8 +67,9 @@ pub enum Transition {
     Cooled,
     /// The limit or route says `mode = "leased"`.
     Configured,
-    /// A take left less than every instance's largest lease, or was
-    /// refused: per-request decisions until the lease expires.
+    /// In the quota's tail, a take left too little for even one request
+    /// per instance's share, or was refused: per-request decisions until
+    /// the lease expires.
     Tail,
 }
 
@@ -121,8 +122,11 @@ pub(crate) struct Entry {
     pub(crate) held: Option<Held>,
     /// A take is in flight: no other starts.
     pub(crate) renewing: bool,
-    /// Per-request decisions until then (the tail).
+    /// Per-request decisions until then (the end of the tail).
     exact_until: Micros,
+    /// In the quota's tail until then: leases of at most `tail_cap`.
+    tail_until: Micros,
+    tail_cap: u64,
     /// A store refusal and the local time it was heard: "still blocked"
     /// is answered here until its retry time.
     blocked: Option<(StoreDecision, Micros)>,
@@ -159,6 +163,8 @@ impl Entry {
             held: None,
             renewing: false,
             exact_until: 0,
+            tail_until: 0,
+            tail_cap: 0,
             blocked: None,
             blocked_until: 0,
             granted: None,
@@ -207,6 +213,7 @@ impl Entry {
             return Step::Exact;
         }
         let rate = self.rate.rate(now);
+        let cap = self.lease_cap(now);
         if let (Some(h), Some((g, at))) = (self.held.as_mut(), &self.granted) {
             if h.units >= cost {
                 h.units -= cost;
@@ -214,8 +221,9 @@ impl Entry {
                 let left = h.units;
                 let renew = (!self.renewing
                     && now >= self.exact_until
-                    && left < sizing::low_water(self.last_take, cost))
-                .then(|| sizing::take_size(rate, left, cost, self.cap, s));
+                    && cap >= cost
+                    && left < sizing::low_water(self.last_take.min(cap), cost))
+                .then(|| sizing::take_size(rate, left, cost, cap, s));
                 if renew.is_some() {
                     self.renewing = true;
                 }
@@ -228,13 +236,23 @@ impl Entry {
                 };
             }
         }
-        if now < self.exact_until || self.renewing {
+        if now < self.exact_until || self.renewing || cap < cost {
             return Step::Exact;
         }
         self.renewing = true;
         let held = self.held.as_ref().map_or(0, |h| h.units);
         Step::Take {
-            units: sizing::take_size(rate, held, cost, self.cap, s),
+            units: sizing::take_size(rate, held, cost, cap, s),
+        }
+    }
+
+    /// The largest lease at `now`: `cap`, or in the quota's tail the
+    /// smaller tail lease.
+    fn lease_cap(&self, now: Micros) -> u64 {
+        if now < self.tail_until {
+            self.cap.min(self.tail_cap)
+        } else {
+            self.cap
         }
     }
 
@@ -323,9 +341,18 @@ impl Entry {
             .filter(|(i, _)| !i.shadow)
             .map(|(_, v)| v.remaining)
             .fold(f64::INFINITY, f64::min);
+        self.tail_until = 0;
         if sizing::in_tail(remaining, self.cap, instances) {
-            self.exact_until = expires;
-            return Some(Transition::Tail);
+            // Leases shrink with what is left, so the last units of the
+            // window cost a few takes, not one call per request; below one
+            // unit per instance, per request until the lease expires.
+            let share = sizing::tail_lease(remaining, instances);
+            if share == 0 {
+                self.exact_until = expires;
+                return Some(Transition::Tail);
+            }
+            self.tail_until = expires;
+            self.tail_cap = share;
         }
         None
     }
@@ -608,6 +635,49 @@ mod tests {
         e.expire(100_001, &mut fx);
         assert!(fx.give_back.is_none());
         assert_eq!(fx.expired, 19);
+    }
+
+    #[test]
+    fn in_the_tail_leases_shrink_with_what_is_left_then_requests_go_per_request() {
+        let items: Arc<[Item]> = vec![window("w", 1_000, 1_000_000)].into();
+        let s = LeaseSettings::default();
+        let mut e = Entry::new(items, 100, label("x", "*"), 0);
+        let mut fx = Effects::default();
+        // A steady 2,000/s: a take wants 200, the cap holds it to 100.
+        e.rate = Ewma::starting_at(2_000.0, 0);
+        let Step::Take { units } = e.step(10, 1, true, Transition::Configured, &s, &mut fx) else {
+            panic!("no take")
+        };
+        assert_eq!(units, 100);
+        // The take left 120 of the window: under 3 instances x 100, the
+        // tail. Leases shrink to 120 / (2 x 3) = 20.
+        let d = answer(true, vec![open(120.0, 500_000)], 20);
+        let t = e.install(10, 20, 100, 1, &d, Some(Charge::new(())), &s, 3, &mut fx);
+        assert_eq!(t, None);
+        for at in 30..129 {
+            let step = e.step(at, 1, true, Transition::Configured, &s, &mut fx);
+            assert!(matches!(step, Step::Local { .. }), "{step:?}");
+            if let Step::Local { renew: Some(n), .. } = step {
+                assert!(n <= 20, "a renewal of {n} in the tail");
+                e.failed();
+            }
+        }
+        let Step::Take { units } = e.step(130, 1, true, Transition::Configured, &s, &mut fx) else {
+            panic!("no take")
+        };
+        assert_eq!(units, 20);
+        // That take left 5: not one unit per instance, per request.
+        let d = answer(true, vec![open(5.0, 400_000)], 140);
+        let t = e.install(130, 140, 20, 1, &d, Some(Charge::new(())), &s, 3, &mut fx);
+        assert_eq!(t, Some(Transition::Tail));
+        for at in 150..169 {
+            assert!(matches!(
+                e.step(at, 1, true, Transition::Configured, &s, &mut fx),
+                Step::Local { renew: None, .. }
+            ));
+        }
+        let step = e.step(170, 1, true, Transition::Configured, &s, &mut fx);
+        assert!(matches!(step, Step::Exact), "{step:?}");
     }
 
     #[test]

@@ -39,8 +39,10 @@
 //!   consumed, and come back when the window rolls (the lease never
 //!   outlives it) or, for a bucket, within one TTL of refill (`cap` is at
 //!   most what the bucket refills in one TTL).
-//! - **The tail:** when a take leaves less than `N × cap` units, or cannot
-//!   be had, the key is decided per request until the lease expires.
+//! - **The tail:** when a take leaves less than `N × cap` units, leases
+//!   shrink to what is left divided by `2N` until the lease expires; once
+//!   that is under one request's cost, or a take cannot be had, the key is
+//!   decided per request until the lease expires.
 //! - **Store down:** a held lease is spent (it is paid for); after that
 //!   the route's failure policy answers.
 //!

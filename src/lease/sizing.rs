@@ -64,11 +64,22 @@ pub(crate) fn low_water(last_take: u64, cost: u64) -> u64 {
 
 /// Whether a take that left `remaining` (the smallest enforced remaining)
 /// is in the quota's tail: fewer than every instance's largest lease. From
-/// there the key is decided per request until the lease expires, so the
+/// there leases shrink to [`tail_lease`] until the lease expires, so the
 /// last units of a quota go to whoever asks for them, not to a lease that
 /// may sit unspent.
 pub(crate) fn in_tail(remaining: f64, cap: u64, instances: u32) -> bool {
     remaining < (cap * u64::from(instances.max(1))) as f64
+}
+
+/// The largest lease in the tail, when a take left `remaining`: a share of
+/// what is left such that every instance's lease together holds at most
+/// half of it. Each take in the tail halves what can sit unspent, so the
+/// last units of a window cost a few takes per instance instead of one
+/// store call per request; 0 (decide per request) once not one unit fits.
+pub(crate) fn tail_lease(remaining: f64, instances: u32) -> u64 {
+    let share = remaining / (2.0 * f64::from(instances.max(1)));
+    // `as` saturates: a negative or NaN share is 0.
+    share.floor() as u64
 }
 
 #[cfg(test)]
@@ -123,5 +134,15 @@ mod tests {
     fn the_tail_starts_below_every_instances_largest_lease() {
         assert!(in_tail(29.0, 10, 3));
         assert!(!in_tail(30.0, 10, 3));
+    }
+
+    #[test]
+    fn tail_leases_hold_at_most_half_of_what_is_left_across_instances() {
+        assert_eq!(tail_lease(29.0, 3), 4);
+        assert_eq!(tail_lease(6.0, 3), 1);
+        // Not one unit per instance: per request.
+        assert_eq!(tail_lease(5.0, 3), 0);
+        assert_eq!(tail_lease(-1.0, 3), 0);
+        assert_eq!(tail_lease(f64::NAN, 3), 0);
     }
 }

@@ -187,7 +187,8 @@ impl RedisStore {
         batch: &Batch<'_>,
         keep: bool,
     ) -> Result<(StoreDecision, Option<Charge>), StoreError> {
-        let items: Vec<&Item> = batch.items.iter().collect();
+        // On the stack for the usual few limits: no allocation per call.
+        let items: smallvec::SmallVec<[&Item; 4]> = batch.items.iter().collect();
         let cmd = script::decide_cmd(&self.scripts, batch, &items);
         let mut conn = self.conn.read().clone();
         let started = Instant::now();
@@ -201,10 +202,16 @@ impl RedisStore {
         .await
         .map_err(script::classify)?;
         let rtt = started.elapsed();
-        let reply = script::parse_reply(&value, items.len())?;
+        // The whole reply is read only where it becomes a lease's receipt.
+        let receipt = keep && !batch.peek;
+        let reply = if receipt {
+            script::parse_reply(&value, items.len())?
+        } else {
+            script::parse_verdicts(&value, items.len())?
+        };
         let (allowed, now) = (reply.allowed, reply.now);
         // The reply is kept whole only as a lease's receipt.
-        let (mut verdicts, kept) = if keep && allowed && !batch.peek {
+        let (mut verdicts, kept) = if receipt && allowed {
             (reply.verdicts.clone(), Some(reply))
         } else {
             (reply.verdicts, None)

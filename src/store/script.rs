@@ -269,6 +269,15 @@ fn int(v: &Value) -> Result<u64, StoreError> {
     }
 }
 
+/// Whether [`text`] would read `v`.
+fn is_text(v: &Value) -> bool {
+    match v {
+        Value::BulkString(b) => std::str::from_utf8(b).is_ok(),
+        Value::SimpleString(_) => true,
+        _ => false,
+    }
+}
+
 fn text(v: &Value) -> Result<String, StoreError> {
     match v {
         Value::BulkString(b) => String::from_utf8(b.clone()).map_err(|_| protocol("not UTF-8")),
@@ -301,17 +310,30 @@ fn array(v: &Value) -> Result<&[Value], StoreError> {
 /// Parses the decide script's reply for `n` items: one flat array whose
 /// per-limit fields depend on a head value (see `lua/decide.lua`).
 pub(crate) fn parse_reply(value: &Value, n: usize) -> Result<GroupReply, StoreError> {
+    parse(value, n, true)
+}
+
+/// [`parse_reply`] for a decision whose receipt is not kept (every call
+/// but a lease's take): the same checks, but only the verdicts are built,
+/// so a decision allocates one vector, not four plus a string per
+/// sliding-log member.
+pub(crate) fn parse_verdicts(value: &Value, n: usize) -> Result<GroupReply, StoreError> {
+    parse(value, n, false)
+}
+
+fn parse(value: &Value, n: usize, receipt: bool) -> Result<GroupReply, StoreError> {
     let top = array(value)?;
     let [allowed, now, rest @ ..] = top else {
         return Err(protocol("too short"));
     };
+    let room = if receipt { n } else { 0 };
     let mut reply = GroupReply {
         allowed: int(allowed)? == 1,
         now: int(now)?,
         verdicts: Vec::with_capacity(n),
-        written: Vec::with_capacity(n),
-        window_start: Vec::with_capacity(n),
-        members: Vec::with_capacity(n),
+        written: Vec::with_capacity(room),
+        window_start: Vec::with_capacity(room),
+        members: Vec::with_capacity(room),
     };
     let mut rest = rest;
     for _ in 0..n {
@@ -334,7 +356,11 @@ pub(crate) fn parse_reply(value: &Value, n: usize) -> Result<GroupReply, StoreEr
             (3, [m, tail @ ..]) => {
                 let m = usize::try_from(int(m)?).map_err(|_| protocol("member count"))?;
                 let added = tail.get(..m).ok_or_else(|| protocol("missing members"))?;
-                members = added.iter().map(text).collect::<Result<_, _>>()?;
+                if receipt {
+                    members = added.iter().map(text).collect::<Result<_, _>>()?;
+                } else if !added.iter().all(is_text) {
+                    return Err(protocol("expected a string"));
+                }
                 &tail[m..]
             }
             _ => return Err(protocol("unknown head")),
@@ -346,11 +372,14 @@ pub(crate) fn parse_reply(value: &Value, n: usize) -> Result<GroupReply, StoreEr
             retry_after_us: int(retry)?,
             delay_us,
         });
-        // The script writes an admitting limit's state when the whole call
-        // admits (a peek writes nothing, and refunds nothing either).
-        reply.written.push(reply.allowed && admitted);
-        reply.window_start.push(start);
-        reply.members.push(members);
+        if receipt {
+            // The script writes an admitting limit's state when the whole
+            // call admits (a peek writes nothing, and refunds nothing
+            // either).
+            reply.written.push(reply.allowed && admitted);
+            reply.window_start.push(start);
+            reply.members.push(members);
+        }
     }
     if !rest.is_empty() {
         return Err(protocol("wrong number of items"));
@@ -495,6 +524,48 @@ mod tests {
         ];
         for case in cases {
             assert!(parse_reply(&case, 1).is_err(), "{case:?}");
+            assert!(parse_verdicts(&case, 1).is_err(), "{case:?}");
         }
+        // A member that is not text is refused either way.
+        let bad_member = Value::Array(vec![
+            int(1),
+            int(2),
+            int(7),
+            int(1),
+            int(1),
+            int(0),
+            int(1),
+            bulk(&[0xff]),
+        ]);
+        assert!(parse_reply(&bad_member, 1).is_err());
+        assert!(parse_verdicts(&bad_member, 1).is_err());
+    }
+
+    #[test]
+    fn verdicts_alone_read_the_same_verdicts_without_a_receipt() {
+        let reply = Value::Array(vec![
+            int(1),
+            int(1_700_000_000_000_000),
+            int(1),
+            bulk(&8.25f64.to_be_bytes()),
+            int(30),
+            int(0),
+            int(5),
+            int(99),
+            int(60),
+            int(0),
+            int(1_699_999_999_000_000),
+            int(7),
+            int(8),
+            int(5),
+            int(0),
+            int(1),
+            bulk(b"1700000000000000:0"),
+        ]);
+        let whole = parse_reply(&reply, 3).expect("parses");
+        let lean = parse_verdicts(&reply, 3).expect("parses");
+        assert_eq!((lean.allowed, lean.now), (whole.allowed, whole.now));
+        assert_eq!(lean.verdicts, whole.verdicts);
+        assert!(lean.written.is_empty() && lean.members.is_empty());
     }
 }
