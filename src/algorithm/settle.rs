@@ -139,11 +139,19 @@ fn tokens(
     ))
 }
 
+/// The most a window record holds (its count field has 40 bits).
+const MAX_COUNT: u64 = (1 << 40) - 1;
+
 /// `count` moved by `adjust`: a charge up to `2 × limit` (never down), a
 /// refund down to 0.
 fn counted(count: u64, limit: u64, adjust: Adjust) -> u64 {
     match adjust {
-        Adjust::Charge(n) => count.max(count.saturating_add(n).min(limit.saturating_mul(2))),
+        Adjust::Charge(n) => count.max(
+            count
+                .saturating_add(n)
+                .min(limit.saturating_mul(2))
+                .min(MAX_COUNT),
+        ),
         Adjust::Refund(n) => count.saturating_sub(n),
     }
 }
