@@ -45,7 +45,8 @@ async fn left(limiter: &Limiter) -> f64 {
 
 /// A clock at the start of a minute, so windows roll where a test says.
 fn clock() -> Arc<ManualClock> {
-    Arc::new(ManualClock::new(1_800_000_000_000_000 - 1_800_000_000_000_000 % 60_000_000))
+    // A whole number of minutes since the epoch.
+    Arc::new(ManualClock::new(1_800_000_000_000_000))
 }
 
 #[tokio::test]
@@ -58,9 +59,19 @@ async fn a_cost_above_every_quota_is_a_refusal_that_names_the_limit_and_charges_
     assert_eq!((&*l.name, l.quota, l.exceeds_quota), ("tokens", 1000, true));
     assert_eq!(left(&limiter).await, 1000.0);
     // u64::MAX neither wraps nor panics.
-    assert!(!limiter.check_cost(&caller(), "free", None, u64::MAX).await.allowed);
+    assert!(
+        !limiter
+            .check_cost(&caller(), "free", None, u64::MAX)
+            .await
+            .allowed
+    );
     // Exactly the quota passes.
-    assert!(limiter.check_cost(&caller(), "free", None, 1000).await.allowed);
+    assert!(
+        limiter
+            .check_cost(&caller(), "free", None, 1000)
+            .await
+            .allowed
+    );
 }
 
 #[tokio::test]
@@ -95,7 +106,12 @@ async fn a_refund_after_the_window_rolled_gives_nothing_back() {
     let limiter = limiter_at(&clock).await;
     let (_, r) = limiter.reserve(&caller(), "free", None, 500).await;
     clock.advance(MINUTE);
-    assert!(limiter.check_cost(&caller(), "free", None, 10).await.allowed);
+    assert!(
+        limiter
+            .check_cost(&caller(), "free", None, 10)
+            .await
+            .allowed
+    );
     // The old window's units cannot be taken from the new window's count.
     let _ = r.unwrap().settle(0).await;
     assert_eq!(left(&limiter).await, 990.0);
@@ -104,7 +120,12 @@ async fn a_refund_after_the_window_rolled_gives_nothing_back() {
 #[tokio::test]
 async fn a_refund_never_gives_back_more_than_was_charged() {
     let limiter = limiter_at(&clock()).await;
-    assert!(limiter.check_cost(&caller(), "free", None, 200).await.allowed);
+    assert!(
+        limiter
+            .check_cost(&caller(), "free", None, 200)
+            .await
+            .allowed
+    );
     let (_, r) = limiter.reserve(&caller(), "free", None, 50).await;
     // Reserved 50, used 0: 50 back, not the other request's 200.
     assert_eq!(r.unwrap().settle(0).await, Settled::Refunded(50));
@@ -115,11 +136,13 @@ fn app(limiter: &Limiter) -> Router {
     Router::new()
         .route(
             "/llm",
-            post(|axum::Extension(meter): axum::Extension<Meter>| async move {
-                meter.add(30);
-                meter.add(12);
-                "answer"
-            }),
+            post(
+                |axum::Extension(meter): axum::Extension<Meter>| async move {
+                    meter.add(30);
+                    meter.add(12);
+                    "answer"
+                },
+            ),
         )
         .route(
             "/usage",
@@ -131,11 +154,13 @@ fn app(limiter: &Limiter) -> Router {
         )
         .route(
             "/huge",
-            post(|axum::Extension(meter): axum::Extension<Meter>| async move {
-                meter.record(u64::MAX);
-                meter.add(u64::MAX);
-                "huge"
-            }),
+            post(
+                |axum::Extension(meter): axum::Extension<Meter>| async move {
+                    meter.record(u64::MAX);
+                    meter.add(u64::MAX);
+                    "huge"
+                },
+            ),
         )
         .route("/upload", post(|| async { "stored" }))
         .route("/none", get(|| async { "nothing recorded" }))
@@ -163,7 +188,10 @@ async fn settles_to(limiter: &Limiter, want: f64) {
         if now == want {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "remaining {now}, want {want}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "remaining {now}, want {want}"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -171,16 +199,25 @@ async fn settles_to(limiter: &Limiter, want: f64) {
 #[tokio::test]
 async fn the_layer_reserves_the_cost_function_s_estimate_and_settles_what_the_meter_counted() {
     let limiter = limiter_at(&clock()).await;
-    let res = app(&limiter).oneshot(req("POST", "/llm", Some("100"))).await.unwrap();
+    let res = app(&limiter)
+        .oneshot(req("POST", "/llm", Some("100")))
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     // Reserved 100, used 42.
     settles_to(&limiter, 958.0).await;
     // A Usage in the response's extensions: reserved 50, used 7.
-    let res = app(&limiter).oneshot(req("POST", "/usage", Some("50"))).await.unwrap();
+    let res = app(&limiter)
+        .oneshot(req("POST", "/usage", Some("50")))
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     settles_to(&limiter, 951.0).await;
     // Nothing recorded: the reservation stands.
-    let res = app(&limiter).oneshot(req("GET", "/none", Some("20"))).await.unwrap();
+    let res = app(&limiter)
+        .oneshot(req("GET", "/none", Some("20")))
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     settles_to(&limiter, 931.0).await;
 }
@@ -189,7 +226,10 @@ async fn the_layer_reserves_the_cost_function_s_estimate_and_settles_what_the_me
 async fn a_header_that_does_not_parse_is_charged_the_route_cost() {
     let limiter = limiter_at(&clock()).await;
     for bad in ["abc", "-5", "1e3", "99999999999999999999999"] {
-        let res = app(&limiter).oneshot(req("POST", "/upload", Some(bad))).await.unwrap();
+        let res = app(&limiter)
+            .oneshot(req("POST", "/upload", Some(bad)))
+            .await
+            .unwrap();
         assert_eq!(res.status(), StatusCode::OK, "{bad}");
     }
     // Four requests at the upload rule's cost of 10.
@@ -200,12 +240,18 @@ async fn a_header_that_does_not_parse_is_charged_the_route_cost() {
 async fn a_cost_no_limit_can_admit_gets_a_429_without_retry_after() {
     let limiter = limiter_at(&clock()).await;
     let huge = u64::MAX.to_string();
-    let res = app(&limiter).oneshot(req("POST", "/llm", Some(&huge))).await.unwrap();
+    let res = app(&limiter)
+        .oneshot(req("POST", "/llm", Some(&huge)))
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     assert!(res.headers().get("retry-after").is_none());
     let body = axum::body::to_bytes(res.into_body(), 4096).await.unwrap();
     let body = String::from_utf8_lossy(&body);
-    assert!(body.contains("cost_exceeds_quota") && body.contains("tokens"), "{body}");
+    assert!(
+        body.contains("cost_exceeds_quota") && body.contains("tokens"),
+        "{body}"
+    );
     assert_eq!(left(&limiter).await, 1000.0);
 }
 
@@ -213,7 +259,10 @@ async fn a_cost_no_limit_can_admit_gets_a_429_without_retry_after() {
 async fn hostile_usage_near_u64_max_is_bounded_debt_never_a_panic() {
     let clock = clock();
     let limiter = limiter_at(&clock).await;
-    let res = app(&limiter).oneshot(req("POST", "/huge", Some("10"))).await.unwrap();
+    let res = app(&limiter)
+        .oneshot(req("POST", "/huge", Some("10")))
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     // The debt is capped at one more quota: -1000 left at most.
     settles_to(&limiter, 0.0).await;

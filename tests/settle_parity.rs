@@ -68,7 +68,12 @@ async fn random_settles_leave_rust_and_lua_deciding_alike() {
         let items: Vec<Item> = algorithms
             .iter()
             .enumerate()
-            .map(|(i, a)| Item::new(format!("rw:{{settle:{config}}}:{i}:{}", a.kind()), a.clone()))
+            .map(|(i, a)| {
+                Item::new(
+                    format!("rw:{{settle:{config}}}:{i}:{}", a.kind()),
+                    a.clone(),
+                )
+            })
             .collect();
         // Explicit time runs ahead of real time, so Redis never expires a
         // key before the explicit clock has passed its TTL.
@@ -127,5 +132,8 @@ async fn random_settles_leave_rust_and_lua_deciding_alike() {
         }
     }
     assert_eq!(compared, 36 * 80);
-    assert!(charged > 100 && refunded > 100, "{charged} charges, {refunded} refunds");
+    assert!(
+        charged > 100 && refunded > 100,
+        "{charged} charges, {refunded} refunds"
+    );
 }

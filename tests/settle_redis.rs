@@ -118,6 +118,38 @@ async fn a_settle_reaches_every_slot_of_a_request_on_a_cluster() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_goes_to_the_master_the_sentinels_name() {
+    let set = support::sentinel::SentinelSet::start();
+    let limiter = Limiter::new(on(
+        StoreSettings {
+            kind: StoreKind::RedisSentinel,
+            sentinels: set.urls(),
+            master_name: Some(support::sentinel::MASTER_NAME.into()),
+            timeout: Duration::from_millis(500),
+            ..Default::default()
+        },
+        vec![Limit::fixed_window("tokens", 1000, MINUTE)],
+    ))
+    .await
+    .unwrap();
+    let who = caller("free_sentinel");
+    // The sentinels name the master in the background.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let r = loop {
+        let (d, r) = limiter.reserve(&who, "free", None, 0).await;
+        if !d.is_fallback() {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "no master named");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (_, r2) = limiter.reserve(&who, "free", None, 300).await;
+    assert_eq!(r2.unwrap().settle(100).await, Settled::Refunded(200));
+    assert_eq!(r.unwrap().settle(50).await, Settled::Charged(50));
+    assert_eq!(remaining(&limiter, &who).await, vec![850.0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_that_rolls_between_check_and_settle_gets_nothing_back_on_redis() {
     let server = RedisServer::start();
     let second = Duration::from_secs(1);
@@ -188,7 +220,11 @@ async fn a_redis_killed_before_the_settle_fails_it_within_the_budget_and_the_res
     assert_eq!(&body[..], b"answered");
     let started = Instant::now();
     assert_eq!(kept.unwrap().settle(0).await, Settled::Failed);
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -209,9 +245,12 @@ async fn with_leases_a_settle_goes_to_the_store_and_totals_stay_exact() {
     // Leases give back what they did not spend: the store then holds the
     // ten requests' actual 5 units each.
     limiter.shutdown().await;
-    let fresh = Limiter::new(on(redis(&server), vec![Limit::fixed_window("tokens", 1000, MINUTE)]))
-        .await
-        .unwrap();
+    let fresh = Limiter::new(on(
+        redis(&server),
+        vec![Limit::fixed_window("tokens", 1000, MINUTE)],
+    ))
+    .await
+    .unwrap();
     assert_eq!(remaining(&fresh, &who).await, vec![950.0]);
 }
 
@@ -228,7 +267,12 @@ async fn tokens_per_window_on_two_limiters_never_exceed_the_documented_bound() {
     const CONCURRENCY: u64 = 2 * PER_LIMITER as u64;
     let window = Duration::from_secs(2);
     let server = RedisServer::start();
-    let policy = || on(redis(&server), vec![Limit::fixed_window("tokens", LIMIT, window)]);
+    let policy = || {
+        on(
+            redis(&server),
+            vec![Limit::fixed_window("tokens", LIMIT, window)],
+        )
+    };
     let limiters = [
         Limiter::new(policy()).await.unwrap(),
         Limiter::new(policy()).await.unwrap(),
@@ -251,7 +295,9 @@ async fn tokens_per_window_on_two_limiters_never_exceed_the_documented_bound() {
                         tokio::time::sleep(Duration::from_millis(5)).await;
                         continue;
                     };
-                    i = i.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    i = i
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
                     // Mostly over the estimate, often at the maximum.
                     let actual = match (i >> 33) % 4 {
                         0 => (i >> 40) % RESERVE,
@@ -278,6 +324,9 @@ async fn tokens_per_window_on_two_limiters_never_exceed_the_documented_bound() {
         used.values().all(|&u| u <= bound),
         "per window {used:?}, bound {bound}"
     );
-    assert!(peak > LIMIT, "the test must overshoot the limit to test the bound: {used:?}");
+    assert!(
+        peak > LIMIT,
+        "the test must overshoot the limit to test the bound: {used:?}"
+    );
     assert!(blocked.load(Ordering::Relaxed) > 0);
 }

@@ -186,7 +186,10 @@ pub fn render(o: &Options, r: &Results) -> String {
     for (store, settled, plain) in [
         (
             "memory",
-            r.settle.iter().map(|s| s.memory_settled).collect::<Vec<_>>(),
+            r.settle
+                .iter()
+                .map(|s| s.memory_settled)
+                .collect::<Vec<_>>(),
             r.settle.iter().map(|s| s.memory_plain).collect::<Vec<_>>(),
         ),
         (
@@ -198,7 +201,9 @@ pub fn render(o: &Options, r: &Results) -> String {
         let g = Ratio::of(&settled, &plain);
         let ok = g.value >= 0.4;
         goal(
-            &format!("reserve + settle ≥ 0.4 × a plain decision of the same cost ({store}, 1 thread)"),
+            &format!(
+                "reserve + settle ≥ 0.4 × a plain decision of the same cost ({store}, 1 thread)"
+            ),
             g,
             ok,
         );

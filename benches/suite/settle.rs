@@ -33,11 +33,13 @@ impl SettleRun {
 fn policy(redis_url: Option<&str>) -> Policy {
     let mut b = Policy::builder()
         .tier(
-            Tier::new("free").match_prefix("free_").limit(Limit::fixed_window(
-                "tokens",
-                1_000_000_000_000,
-                Duration::from_secs(3600),
-            )),
+            Tier::new("free")
+                .match_prefix("free_")
+                .limit(Limit::fixed_window(
+                    "tokens",
+                    1_000_000_000_000,
+                    Duration::from_secs(3600),
+                )),
         )
         .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 10)));
     if let Some(url) = redis_url {
@@ -91,7 +93,9 @@ pub fn measure(redis_url: &str, secs: f64) -> SettleRun {
     rt.block_on(async {
         let memory = Limiter::new(policy(None)).await.expect("limiter");
         let (memory_plain, memory_settled) = pair(&memory, secs).await;
-        let redis = Limiter::new(policy(Some(redis_url))).await.expect("limiter");
+        let redis = Limiter::new(policy(Some(redis_url)))
+            .await
+            .expect("limiter");
         let (redis_plain, redis_settled) = pair(&redis, secs).await;
         SettleRun {
             memory_plain,

@@ -341,10 +341,22 @@ mod tests {
             burst: 5,
         };
         let step = g.decide(None, NOW, 2);
-        let (s, ttl) =
-            settle(&g, step.state.as_ref(), NOW + 1, NOW, Adjust::Refund(u64::MAX)).unwrap();
+        let (s, ttl) = settle(
+            &g,
+            step.state.as_ref(),
+            NOW + 1,
+            NOW,
+            Adjust::Refund(u64::MAX),
+        )
+        .unwrap();
         assert_eq!(ttl, 0);
-        assert_eq!(s, State::Tat { tat_us: NOW + 1, interval_us: 1_000_000 });
+        assert_eq!(
+            s,
+            State::Tat {
+                tat_us: NOW + 1,
+                interval_us: 1_000_000
+            }
+        );
     }
 
     #[test]

@@ -31,7 +31,11 @@ fn estimate(prev: u64, curr: u64, window: u64, elapsed: u64) -> f64 {
 /// before (each stored count moved to the window of the current length
 /// that holds the latest time its units can have been admitted), with the
 /// latest admission: what a decision, and a settle, starts from.
-pub(super) fn rolled(window: u64, state: Option<&State>, now: Micros) -> (Micros, u64, u64, Micros) {
+pub(super) fn rolled(
+    window: u64,
+    state: Option<&State>,
+    now: Micros,
+) -> (Micros, u64, u64, Micros) {
     let aligned = now - now % window;
     match state {
         Some(State::Window {

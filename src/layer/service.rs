@@ -95,7 +95,17 @@ where
         };
         if let Some(cost) = &options.cost {
             let cost = cost(&parts);
-            return metered(limiter, options.clone(), inner, parts, body, identity, tier, route, cost);
+            return metered(
+                limiter,
+                options.clone(),
+                inner,
+                parts,
+                body,
+                identity,
+                tier,
+                route,
+                cost,
+            );
         }
         // The memory store decides here, synchronously: the response future
         // is then the inner service's own. Any other store is waited for.

@@ -28,13 +28,13 @@ mod groups;
 mod identify;
 mod leased;
 mod live;
+mod meter;
 mod metrics_handler;
 mod over_quota;
 mod record;
 mod reload;
 mod reserve;
 mod settle;
-mod meter;
 mod snapshot;
 mod store_metrics;
 

@@ -40,8 +40,9 @@ use crate::store::Item;
 /// once its real usage is known: [`Reservation::settle`] charges what it
 /// used beyond [`Reservation::reserved`] or gives back what it did not
 /// use, against the same limits, in one atomic store call per shard.
-/// Dropping it unsettled keeps the reserved units charged.
-#[derive(Debug, Clone)]
+/// Dropping it unsettled keeps the reserved units charged. Not `Clone`:
+/// a request is settled once.
+#[derive(Debug)]
 pub struct Reservation {
     pub(super) limiter: Limiter,
     /// The limits the decision charged (shadow limits that blocked were not).
@@ -172,10 +173,7 @@ impl Limiter {
 
 /// The metric label of route rule `route`, or `*`.
 pub(super) fn route_label(live: &Live, route: Option<usize>) -> Arc<str> {
-    route.map_or_else(
-        || Arc::from("*"),
-        |i| live.compiled.routes[i].label.clone(),
-    )
+    route.map_or_else(|| Arc::from("*"), |i| live.compiled.routes[i].label.clone())
 }
 
 impl PolicySnapshot {

@@ -38,10 +38,10 @@
 //! ```
 
 mod aggregate;
+pub mod cost;
 mod counters;
 mod event;
 mod fleet;
-pub mod cost;
 pub mod lease;
 mod memory_view;
 pub mod metrics;
