@@ -317,3 +317,84 @@ async fn a_meter_is_only_given_to_requests_that_were_admitted_and_counted() {
     let body = axum::body::to_bytes(res.into_body(), 64).await.unwrap();
     assert_eq!(&body[..], b"1", "no rule: a cost of 1 reserved");
 }
+
+#[tokio::test]
+async fn a_content_length_that_lies_is_only_the_reservation() {
+    let limiter = limiter_at(&clock()).await;
+    let app = Router::new()
+        .route(
+            "/bytes",
+            post(
+                |axum::Extension(meter): axum::Extension<Meter>, body: axum::body::Bytes| async move {
+                    meter.record(body.len() as u64);
+                    "stored"
+                },
+            ),
+        )
+        .layer(limiter.layer().with_cost(|parts: &http::request::Parts| {
+            parts
+                .headers
+                .get(http::header::CONTENT_LENGTH)?
+                .to_str()
+                .ok()?
+                .parse()
+                .ok()
+        }));
+    let upload = |declared: &str, body: Vec<u8>| {
+        Request::post("/bytes")
+            .header("x-api-key", "free_k")
+            .header("content-length", declared)
+            .body(Body::from(body))
+            .unwrap()
+    };
+    // Declares 10 bytes, sends 300: the 290 beyond are charged.
+    let res = app
+        .clone()
+        .oneshot(upload("10", vec![b'x'; 300]))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    settles_to(&limiter, 700.0).await;
+    // Declares more than any quota: refused, nothing read, nothing charged.
+    let res = app
+        .oneshot(upload("18446744073709551615", vec![b'x'; 5]))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(res.headers().get("retry-after").is_none());
+    assert_eq!(left(&limiter).await, 700.0);
+}
+
+#[tokio::test]
+async fn a_streamed_body_settles_when_the_stream_ends() {
+    let limiter = limiter_at(&clock()).await;
+    let app = Router::new()
+        .route(
+            "/stream",
+            post(
+                |axum::Extension(meter): axum::Extension<Meter>| async move {
+                    // The stream owns the meter: it counts as it is read, and
+                    // the settle waits for its end.
+                    let chunks =
+                        futures_util::stream::unfold((meter, 0), |(meter, i)| async move {
+                            if i == 4 {
+                                return None;
+                            }
+                            meter.add(25);
+                            let chunk = axum::body::Bytes::from_static(b"tok ");
+                            Some((Ok::<_, std::convert::Infallible>(chunk), (meter, i + 1)))
+                        });
+                    Body::from_stream(chunks)
+                },
+            ),
+        )
+        .layer(limiter.layer().with_cost(|_| Some(300)));
+    let res = app.oneshot(req("POST", "/stream", None)).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    // The head is back, the body not read: only the reservation counts.
+    assert_eq!(left(&limiter).await, 700.0);
+    let body = axum::body::to_bytes(res.into_body(), 1024).await.unwrap();
+    assert_eq!(&body[..], b"tok tok tok tok ");
+    // Reserved 300, the stream counted 100.
+    settles_to(&limiter, 900.0).await;
+}
