@@ -218,12 +218,30 @@ async fn a_redis_killed_before_the_settle_fails_it_within_the_budget_and_the_res
     assert_eq!(res.status(), StatusCode::OK);
     let body = axum::body::to_bytes(res.into_body(), 64).await.unwrap();
     assert_eq!(&body[..], b"answered");
+    // The settle fails within the budget, and is counted as failed.
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let kept = kept.unwrap();
     let started = Instant::now();
-    assert_eq!(kept.unwrap().settle(0).await, Settled::Failed);
+    let settled = tokio::task::block_in_place(|| {
+        metrics::with_local_recorder(&recorder, || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(kept.settle(0))
+        })
+    });
+    assert_eq!(settled, Settled::Failed);
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "{:?}",
         started.elapsed()
+    );
+    let text = handle.render();
+    assert!(
+        text.contains(r#"ratewatch_settles_total{tier="free",route="*",outcome="failed"} 1"#),
+        "{text}"
     );
 }
 
