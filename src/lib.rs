@@ -26,6 +26,8 @@
 //!
 //! - At the root: [`Limiter`] (built by [`LimiterBuilder`]) and what it
 //!   answers ([`Decision`], [`LimitReport`], [`Source`], [`RouteMatch`]),
+//!   settling after the response ([`Reservation`], [`Settled`], [`Meter`],
+//!   [`Usage`]),
 //!   the layer ([`RateLimitLayer`], [`RateLimit`]), the policy's main types
 //!   ([`Policy`], [`Tier`], [`Limit`], [`RouteRule`]), the identity traits
 //!   ([`KeyExtractor`], [`TierResolver`], [`Identity`]), [`BreakerState`]
@@ -111,8 +113,9 @@ pub use identity::{Identity, KeyExtractor, TierResolver};
 pub use layer::{RateLimit, RateLimitLayer};
 pub use limiter::{
     Decision, DecisionPath, Follow, Group, GroupReport, Groups, GroupsDecision, GroupsFailure,
-    GroupsUnavailable, LimitReport, Limiter, LimiterBuilder, PolicySnapshot, PolicyStatus,
-    PolicyVersion, ReloadAttempt, ReloadError, ReloadOutcome, RouteMatch, Source, group_decision,
+    GroupsUnavailable, LimitReport, Limiter, LimiterBuilder, Meter, PolicySnapshot, PolicyStatus,
+    PolicyVersion, ReloadAttempt, ReloadError, ReloadOutcome, Reservation, RouteMatch, Settled,
+    Source, Usage, group_decision,
 };
 pub use policy::{Limit, Policy, RouteRule, Tier};
 pub use resilience::BreakerState;

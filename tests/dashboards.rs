@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The metrics ratewatch exports (DESIGN.md, "Telemetry").
-const METRICS: [&str; 25] = [
+const METRICS: [&str; 28] = [
     "ratewatch_decisions_total",
     "ratewatch_limit_exceeded_total",
     "ratewatch_fallbacks_total",
@@ -39,6 +39,9 @@ const METRICS: [&str; 25] = [
     "ratewatch_store_keys",
     "ratewatch_store_memory_used_bytes",
     "ratewatch_store_memory_max_bytes",
+    "ratewatch_cost_units_total",
+    "ratewatch_settles_total",
+    "ratewatch_settled_units_total",
 ];
 
 const HISTOGRAMS: [&str; 3] = [
@@ -978,6 +981,35 @@ fn exposition(t: f64) -> String {
         "counter",
         "Decision-service requests answered with an error, by api and reason.",
         &[(r#"api="grpc",reason="store_unavailable""#, t)],
+    );
+    // Costs: 500 units a second reserved, 40 settles a second.
+    family(
+        &mut s,
+        "ratewatch_cost_units_total",
+        "counter",
+        "Units admitted requests were charged at their decision.",
+        &[(r#"tier="free",route="*""#, 500.0 * t)],
+    );
+    family(
+        &mut s,
+        "ratewatch_settles_total",
+        "counter",
+        "Settles after a response, by outcome.",
+        &[
+            (r#"tier="free",route="*",outcome="charged""#, 10.0 * t),
+            (r#"tier="free",route="*",outcome="refunded""#, 29.0 * t),
+            (r#"tier="free",route="*",outcome="failed""#, t),
+        ],
+    );
+    family(
+        &mut s,
+        "ratewatch_settled_units_total",
+        "counter",
+        "Units settles charged or gave back.",
+        &[
+            (r#"tier="free",route="*",direction="charged""#, 80.0 * t),
+            (r#"tier="free",route="*",direction="refunded""#, 120.0 * t),
+        ],
     );
     s.push_str("# HELP ratewatch_rls_request_duration_seconds Decision-service request latency.\n");
     s.push_str("# TYPE ratewatch_rls_request_duration_seconds histogram\n");

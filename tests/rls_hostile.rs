@@ -111,6 +111,8 @@ async fn decide_by_key_with_a_cost_of_u64_max_is_refused_and_never_wraps_a_count
     );
     let (status, v) = post(&limiter, "/v1/decide", body(u64::MAX)).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    // It can never pass: no retry time is made up.
+    assert_eq!(v["retry_after_secs"], serde_json::Value::Null, "{v}");
     assert_eq!(
         post(&limiter, "/v1/decide", body(1)).await.0,
         StatusCode::OK

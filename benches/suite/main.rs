@@ -40,6 +40,7 @@ mod netem;
 mod report;
 mod rls;
 mod serve;
+mod settle;
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -70,6 +71,8 @@ pub struct Results {
     pub ceiling_min: Vec<CeilingRun>,
     /// One hot key in lease mode, in process, per round.
     pub lease: Vec<lease::LeaseRun>,
+    /// Reserve + settle against a plain decision, per round.
+    pub settle: Vec<settle::SettleRun>,
     pub inproc: HashMap<(inproc::Who, bool, usize), Vec<f64>>,
     pub memory: Vec<memory::Footprint>,
     pub evalsha: Vec<String>,
@@ -179,6 +182,21 @@ fn main() {
                     f.overshoot
                 );
             }
+        }
+        Some("settle") => {
+            // `settle SECS`: only reserve + settle against a plain decision.
+            let secs = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(5.0);
+            let redis = support::RedisServer::start();
+            let s = settle::measure(&redis.url(), secs);
+            println!(
+                "memory: {:.0} plain, {:.0} settled/s ({:.2}); redis: {:.0} plain, {:.0} settled/s ({:.2})",
+                s.memory_plain,
+                s.memory_settled,
+                s.memory_ratio(),
+                s.redis_plain,
+                s.redis_settled,
+                s.redis_ratio()
+            );
         }
         Some("proxy") => {
             // `proxy UPSTREAM_PORT DELAY_US`: the emulated network alone, for
@@ -391,6 +409,14 @@ fn run(o: Options) {
             );
             r.fleet.entry(limit).or_default().push(f);
         }
+        let s = settle::measure(&redis.url(), o.secs as f64 / 2.0);
+        eprintln!(
+            "bench: round {} settle                  memory {:.2}, Redis {:.2} of a plain decision",
+            round + 1,
+            s.memory_ratio(),
+            s.redis_ratio()
+        );
+        r.settle.push(s);
         rls::round(&o, &redis.url(), round, &mut r);
     }
 

@@ -204,6 +204,31 @@ pub fn render(o: &Options, r: &Results) -> String {
         g,
         ok,
     );
+    for (store, settled, plain) in [
+        (
+            "memory",
+            r.settle
+                .iter()
+                .map(|s| s.memory_settled)
+                .collect::<Vec<_>>(),
+            r.settle.iter().map(|s| s.memory_plain).collect::<Vec<_>>(),
+        ),
+        (
+            "Redis",
+            r.settle.iter().map(|s| s.redis_settled).collect(),
+            r.settle.iter().map(|s| s.redis_plain).collect(),
+        ),
+    ] {
+        let g = Ratio::of(&settled, &plain);
+        let ok = g.value >= 0.4;
+        goal(
+            &format!(
+                "reserve + settle ≥ 0.4 × a plain decision of the same cost ({store}, 1 thread)"
+            ),
+            g,
+            ok,
+        );
+    }
     let per: Vec<f64> = r.lease.iter().map(|l| l.per_command()).collect();
     let ones = vec![1.0; per.len()];
     let g = Ratio::of(&per, &ones);

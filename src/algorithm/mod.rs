@@ -63,11 +63,14 @@
 mod fixed_window;
 mod gcra;
 mod leaky_bucket;
+mod settle;
 mod sliding_log;
 mod sliding_window;
 mod token_bucket;
 
 use std::collections::VecDeque;
+
+pub use settle::{Adjust, settle};
 
 use crate::clock::{MICROS_PER_SEC, Micros};
 

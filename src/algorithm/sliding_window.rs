@@ -27,15 +27,17 @@ fn estimate(prev: u64, curr: u64, window: u64, elapsed: u64) -> f64 {
     prev as f64 * ((window - elapsed) as f64 / window as f64) + curr as f64
 }
 
-pub(super) fn decide(
-    limit: u64,
+/// The window current at `now` and the units counted in it and in the one
+/// before (each stored count moved to the window of the current length
+/// that holds the latest time its units can have been admitted), with the
+/// latest admission: what a decision, and a settle, starts from.
+pub(super) fn rolled(
     window: u64,
     state: Option<&State>,
     now: Micros,
-    cost: u64,
-) -> Step {
+) -> (Micros, u64, u64, Micros) {
     let aligned = now - now % window;
-    let (start, curr, prev, last) = match state {
+    match state {
         Some(State::Window {
             start_us,
             count,
@@ -56,7 +58,17 @@ pub(super) fn decide(
             (start, curr, prev, (*last_us).max(now))
         }
         _ => (aligned, 0, 0, now),
-    };
+    }
+}
+
+pub(super) fn decide(
+    limit: u64,
+    window: u64,
+    state: Option<&State>,
+    now: Micros,
+    cost: u64,
+) -> Step {
+    let (start, curr, prev, last) = rolled(window, state, now);
     // Before a later stored window starts, its previous window still weighs
     // fully.
     let elapsed = now.saturating_sub(start);

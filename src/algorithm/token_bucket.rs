@@ -20,7 +20,7 @@ use crate::clock::{MICROS_PER_SEC, Micros};
 /// refill to full (the TTL written with the state) has passed, the bucket is
 /// exactly full, as a fresh key would be: adding `elapsed × per_us` back
 /// could fall an ulp short of `cap`.
-fn refill(cap: f64, per_us: f64, tokens: f64, last: Micros, now: Micros) -> f64 {
+pub(super) fn refill(cap: f64, per_us: f64, tokens: f64, last: Micros, now: Micros) -> f64 {
     if now <= last {
         return tokens;
     }

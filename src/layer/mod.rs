@@ -189,6 +189,38 @@ impl RateLimitLayer {
         self
     }
 
+    /// Decides each request at the cost `cost` finds in its parts (a
+    /// header, the `Content-Length`, a claim an auth layer put into the
+    /// extensions), `None` meaning the route rule's cost, and settles it
+    /// after the response: the layer puts a [`Meter`](crate::Meter) into
+    /// the extensions of every request it admitted and counted, and
+    /// settles the difference between what was recorded there (or put in
+    /// the response's extensions as a [`Usage`](crate::Usage)) and the
+    /// cost reserved ([`crate::Reservation::settle`]). Nothing recorded,
+    /// nothing settled: the reserved cost stands.
+    ///
+    /// `cost` must not panic: for a value it cannot parse it should answer
+    /// `None` (the route rule's cost, as the example does), so a bad header
+    /// is charged like a request without one. A cost above what a limit can
+    /// ever admit is refused with a 429 without `Retry-After`
+    /// ([`crate::Limiter::check_cost`]). `with_cost(|_| None)` meters at
+    /// the route rules' costs.
+    ///
+    /// ```
+    /// # fn layer(limiter: ratewatch::Limiter) -> ratewatch::RateLimitLayer {
+    /// limiter.layer().with_cost(|parts: &http::request::Parts| {
+    ///     parts.headers.get("x-estimated-tokens")?.to_str().ok()?.parse().ok()
+    /// })
+    /// # }
+    /// ```
+    pub fn with_cost(
+        mut self,
+        cost: impl Fn(&http::request::Parts) -> Option<u64> + Send + Sync + 'static,
+    ) -> Self {
+        Arc::make_mut(&mut self.options).cost = Some(Arc::new(cost));
+        self
+    }
+
     /// Sends only the header families in `families`.
     pub fn with_headers(mut self, families: HeaderFamilies) -> Self {
         Arc::make_mut(&mut self.options).headers = families;

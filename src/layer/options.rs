@@ -20,6 +20,8 @@ use crate::{Decision, Identity};
 pub(crate) type Responder = Arc<dyn Fn(&Refusal<'_>) -> Response + Send + Sync>;
 /// Sees every decision the layer makes.
 pub(crate) type DecisionHook = Arc<dyn Fn(&Decision, &Identity) + Send + Sync>;
+/// A request's cost from its parts; `None` is the route rule's.
+pub(crate) type CostFn = Arc<dyn Fn(&http::request::Parts) -> Option<u64> + Send + Sync>;
 
 /// A refusal in the wrapped service's body type: at once, or (an app's own
 /// answer in a body that must be read first) later.
@@ -47,6 +49,8 @@ pub(crate) struct Options {
     pub(crate) on_decision: Option<DecisionHook>,
     pub(crate) headers: HeaderFamilies,
     pub(crate) peer: Option<Arc<dyn PeerAddr>>,
+    /// Set: requests are decided at this cost, metered and settled.
+    pub(crate) cost: Option<CostFn>,
 }
 
 impl Options {
@@ -117,6 +121,7 @@ impl std::fmt::Debug for Options {
             .field("on_decision", &self.on_decision.is_some())
             .field("headers", &self.headers)
             .field("peer_addr", &self.peer.is_some())
+            .field("cost", &self.cost.is_some())
             .finish()
     }
 }

@@ -23,7 +23,9 @@ pub enum Refusal<'a> {
     RateLimited {
         /// The decision; [`Decision::most_constraining`] names the limit.
         decision: &'a Decision,
-        /// Whole seconds until the request would pass (jitter included).
+        /// Whole seconds until the request would pass (jitter included);
+        /// 0 when it never would: its cost exceeds a limit's quota
+        /// ([`Decision::exceeded_quota`]), and no `Retry-After` is sent.
         retry_after_secs: u64,
     },
     /// The store could not decide and the route fails closed: 503.
@@ -46,6 +48,13 @@ impl<'a> Refusal<'a> {
     /// failed closed, else 429. `jitter` is the most `Retry-After` may be
     /// pushed back, so refused clients do not all return at once.
     pub(crate) fn of_decision(d: &'a Decision, jitter: Duration) -> Self {
+        if d.exceeded_quota().is_some() && !d.is_fallback() {
+            // Waiting would not help: no retry time rather than one that lies.
+            return Refusal::RateLimited {
+                decision: d,
+                retry_after_secs: 0,
+            };
+        }
         let retry = d.retry_after.unwrap_or(Duration::from_secs(1));
         let jitter = if jitter.is_zero() {
             Duration::ZERO
@@ -118,6 +127,13 @@ impl<'a> Refusal<'a> {
     /// refusal's `grpc-message`).
     pub fn message(&self) -> String {
         match *self {
+            Refusal::RateLimited { decision, .. } if decision.exceeded_quota().is_some() => {
+                let l = decision.exceeded_quota().expect("checked");
+                format!(
+                    "the request costs more than the quota ({}) of limit \"{}\" of tier \"{}\"; it can never pass",
+                    l.quota, l.name, decision.tier
+                )
+            }
             Refusal::RateLimited {
                 decision,
                 retry_after_secs,
@@ -149,10 +165,17 @@ impl<'a> Refusal<'a> {
                 decision,
                 retry_after_secs,
             } => serde_json::to_vec(&Body {
-                error: "rate_limited",
+                error: if decision.exceeded_quota().is_some() {
+                    "cost_exceeds_quota"
+                } else {
+                    "rate_limited"
+                },
                 message,
                 tier: &decision.tier,
-                limit: decision.most_constraining().map(|l| &*l.name),
+                limit: decision
+                    .exceeded_quota()
+                    .or_else(|| decision.most_constraining())
+                    .map(|l| &*l.name),
                 retry_after_seconds: retry_after_secs,
             }),
             Refusal::Unavailable {
@@ -200,7 +223,8 @@ impl<'a> Refusal<'a> {
                 }
             }
         }
-        if let (Some(secs), true) = (self.retry_after_secs(), families.retry_after) {
+        // 0: the request can never pass (its cost exceeds a quota).
+        if let (Some(secs @ 1..), true) = (self.retry_after_secs(), families.retry_after) {
             h.entry(header::RETRY_AFTER)
                 .or_insert_with(|| HeaderValue::from(secs));
         }

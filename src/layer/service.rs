@@ -93,6 +93,20 @@ where
                 return refused(options.refuse(&refusal, &parts.headers));
             }
         };
+        if let Some(cost) = &options.cost {
+            let cost = cost(&parts);
+            return metered(
+                limiter,
+                options.clone(),
+                inner,
+                parts,
+                body,
+                identity,
+                tier,
+                route,
+                cost,
+            );
+        }
         // The memory store decides here, synchronously: the response future
         // is then the inner service's own. Any other store is waited for.
         let Some(decision) = limiter.check_now(&identity, &tier, route.as_ref()) else {
@@ -134,6 +148,57 @@ where
         let req = Request::from_parts(parts, body);
         ResponseFuture::limited(inner.call(req), decision, options.headers)
     }
+}
+
+/// A request decided at `cost` (`None`: the route rule's) with a
+/// reservation: an admitted one carries a [`crate::Meter`] in its
+/// extensions, and the response's [`crate::Usage`] is recorded in it when
+/// the response head comes back. The layer's own clone of the meter drops
+/// then; the request settles when the handler's clones are gone too.
+#[allow(clippy::too_many_arguments)]
+fn metered<S, ReqBody, ResBody>(
+    limiter: crate::limiter::PolicySnapshot,
+    options: Arc<Options>,
+    mut inner: S,
+    mut parts: http::request::Parts,
+    body: ReqBody,
+    identity: crate::Identity,
+    tier: String,
+    route: Option<crate::RouteMatch>,
+    cost: Option<u64>,
+) -> ResponseFuture<S::Future>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: RefusalBody,
+{
+    ResponseFuture::waiting(Box::pin(async move {
+        let (decision, reservation) = limiter
+            .reserve(&identity, &tier, route.as_ref(), cost)
+            .await;
+        let decision = match answer(&limiter, &options, decision, &identity, &parts) {
+            Answer::Refuse(refusal) => return Ok(refusal.get().await),
+            Answer::Pass(decision) => decision,
+        };
+        let meter = reservation.map(crate::Meter::new);
+        if let Some(m) = &meter {
+            parts.extensions.insert(m.clone());
+        }
+        if !decision.delay.is_zero() {
+            tokio::time::sleep(decision.delay).await;
+        }
+        let req = pass_on(parts, body, &decision);
+        let mut res = inner.call(req).await?;
+        if let (Some(m), Some(crate::Usage(units))) = (&meter, res.extensions().get()) {
+            m.record(*units);
+        }
+        drop(meter);
+        headers::insert_families(res.headers_mut(), &decision, options.headers);
+        res.extensions_mut().insert(decision);
+        Ok(res)
+    }))
 }
 
 /// The future of a refusal: ready, or boxed while an app's answer is read.

@@ -160,36 +160,50 @@ impl Limiter {
                     false
                 }
             };
-            match permit.report(ok) {
-                // A failed probe: the shard stayed down, which is no new
-                // trip (neither counted nor logged as one).
-                Change::Tripped(trip) if trip.from != BreakerState::Closed => {
-                    breakers.still_down(&shard);
-                }
-                Change::Tripped(trip) => {
-                    inner.telemetry.record_breaker_trip(&shard);
-                    tracing::warn!(
-                        %shard,
-                        reason = ?trip.reason,
-                        last_error = breakers.last_error(&shard).as_str(),
-                        "circuit breaker opened"
-                    );
-                }
-                Change::Closed => {
-                    // Back to the store after a successful probe. The
-                    // local fallback keeps its counts: they expire on
-                    // their own windows, so a breaker that flaps does
-                    // not hand out a fresh local share each time.
-                    tracing::info!(%shard, "circuit breaker closed");
-                }
-                Change::None => {}
-            }
+            self.reported(breakers, &shard, permit, ok);
         }
         result.map_err(|(reason, failed, _)| StoreFailure {
             reason,
             breaker_wait: None,
             shard: failed.or_else(|| shards.first().cloned()),
         })
+    }
+
+    /// Reports a store call's result to `shard`'s breaker through its
+    /// permit, counting and logging a trip.
+    pub(super) fn reported(
+        &self,
+        breakers: &crate::resilience::ShardBreakers,
+        shard: &Arc<str>,
+        permit: crate::resilience::PermitGuard,
+        ok: bool,
+    ) {
+        let inner = &*self.inner;
+        let shard = shard.clone();
+        match permit.report(ok) {
+            // A failed probe: the shard stayed down, which is no new
+            // trip (neither counted nor logged as one).
+            Change::Tripped(trip) if trip.from != BreakerState::Closed => {
+                breakers.still_down(&shard);
+            }
+            Change::Tripped(trip) => {
+                inner.telemetry.record_breaker_trip(&shard);
+                tracing::warn!(
+                    %shard,
+                    reason = ?trip.reason,
+                    last_error = breakers.last_error(&shard).as_str(),
+                    "circuit breaker opened"
+                );
+            }
+            Change::Closed => {
+                // Back to the store after a successful probe. The
+                // local fallback keeps its counts: they expire on
+                // their own windows, so a breaker that flaps does
+                // not hand out a fresh local share each time.
+                tracing::info!(%shard, "circuit breaker closed");
+            }
+            Change::None => {}
+        }
     }
 
     /// Every shard's breaker state (empty for the memory store).

@@ -76,5 +76,6 @@ fn report(l: &CompiledLimit, v: &Verdict, local: Option<&Item>) -> LimitReport {
         retry_after: Duration::from_micros(v.retry_after_us),
         allowed: v.allowed,
         shadow: l.shadow,
+        exceeds_quota: false,
     }
 }

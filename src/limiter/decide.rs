@@ -16,17 +16,17 @@ use crate::telemetry::Outcome;
 
 /// A request's limits, keyed and ready for the store.
 pub(super) struct Prepared<'a> {
-    tier: &'a CompiledTier,
-    items: Vec<Item>,
-    limits: Limits<'a>,
-    cost: u64,
-    route: Option<usize>,
-    failure: FailurePolicy,
-    peek: bool,
+    pub(super) tier: &'a CompiledTier,
+    pub(super) items: Vec<Item>,
+    pub(super) limits: Limits<'a>,
+    pub(super) cost: u64,
+    pub(super) route: Option<usize>,
+    pub(super) failure: FailurePolicy,
+    pub(super) peek: bool,
 }
 
 impl Prepared<'_> {
-    fn batch(&self) -> Batch<'_> {
+    pub(super) fn batch(&self) -> Batch<'_> {
         if self.peek {
             Batch::peek(&self.items)
         } else {
@@ -62,6 +62,23 @@ impl Limiter {
         let Some(p) = self.prepare(live, identity, tier, route, peek, cost) else {
             return self.unlimited();
         };
+        if p.exceeds_quota() {
+            return self.over_quota(live, &p, identity).await;
+        }
+        let decision = self.decide_prepared(live, &p, identity).await;
+        self.count_cost(live, &p, &decision, cost.is_some());
+        self.recorded(live, &p, decision, identity)
+    }
+
+    /// The decision of a prepared request: from a lease where the store
+    /// leases, else one store call (or the failure policy). Not recorded.
+    pub(super) async fn decide_prepared(
+        &self,
+        live: &Live,
+        p: &Prepared<'_>,
+        identity: &Identity,
+    ) -> Decision {
+        let (peek, route) = (p.peek, p.route);
         // A store without leases skips the lease path's (large) future.
         let leased = if peek || !self.inner.store.leases() {
             None
@@ -71,7 +88,7 @@ impl Limiter {
             )
             .await
         };
-        let decision = match leased {
+        match leased {
             Some(d) => d,
             None => {
                 self.decide_exact(
@@ -87,8 +104,7 @@ impl Limiter {
                 .await
                 .0
             }
-        };
-        self.recorded(live, &p, decision, identity)
+        }
     }
 
     /// [`Limiter::run`] without waiting: `None` when the store can only
@@ -121,17 +137,21 @@ impl Limiter {
         let Some(p) = self.prepare(live, identity, tier, route, peek, cost) else {
             return Some(self.unlimited());
         };
+        if p.exceeds_quota() {
+            return self.over_quota_now(live, &p, identity);
+        }
         let batch = p.batch();
         let answer = self.decide_now(&batch)?;
         let (decision, _) = self.answered(
             live, p.tier, route, identity, &batch, p.failure, &p.limits, answer, false,
         );
+        self.count_cost(live, &p, &decision, cost.is_some());
         Some(self.recorded(live, &p, decision, identity))
     }
 
     /// The tier and keyed limits of a request; `None` when the policy has
     /// no tier at all.
-    fn prepare<'a>(
+    pub(super) fn prepare<'a>(
         &self,
         live: &'a Live,
         identity: &Identity,
@@ -159,7 +179,7 @@ impl Limiter {
     }
 
     /// The answer of a policy without tiers: it limits nothing.
-    fn unlimited(&self) -> Decision {
+    pub(super) fn unlimited(&self) -> Decision {
         Decision {
             allowed: true,
             tier: "".into(),
@@ -205,7 +225,7 @@ impl Limiter {
 
     /// The decision from the store's answer, or the failure policy's.
     #[allow(clippy::too_many_arguments)]
-    fn answered(
+    pub(super) fn answered(
         &self,
         live: &Live,
         tier: &CompiledTier,
@@ -260,7 +280,7 @@ impl Limiter {
     }
 
     /// `decision`, recorded unless it was a peek.
-    fn recorded(
+    pub(super) fn recorded(
         &self,
         live: &Live,
         p: &Prepared<'_>,

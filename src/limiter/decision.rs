@@ -94,6 +94,10 @@ pub struct LimitReport {
     pub allowed: bool,
     /// Reported, never enforced.
     pub shadow: bool,
+    /// The request cost more than this limit's quota: it can never pass,
+    /// however long it waits, so this limit gives no retry time
+    /// ([`crate::Limiter::check_cost`]).
+    pub exceeds_quota: bool,
 }
 
 /// The answer for one request.
@@ -155,6 +159,13 @@ impl Decision {
     /// Whether the failure policy, not the store, answered.
     pub fn is_fallback(&self) -> bool {
         self.source.is_fallback()
+    }
+
+    /// The enforced limit the request's cost exceeds the quota of, if any:
+    /// then the request can never pass and [`Decision::retry_after`] is
+    /// `None`.
+    pub fn exceeded_quota(&self) -> Option<&LimitReport> {
+        self.limits.iter().find(|l| l.exceeds_quota && !l.shadow)
     }
 
     /// Whether the limits' state is known: false when the store could not

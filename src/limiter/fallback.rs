@@ -69,6 +69,7 @@ impl Limiter {
                         retry_after: Duration::ZERO,
                         allowed,
                         shadow: l.shadow,
+                        exceeds_quota: false,
                     })
                     .collect();
                 Decision {

@@ -284,6 +284,7 @@ impl Limiter {
                         retry_after: Duration::ZERO,
                         allowed,
                         shadow: *shadow,
+                        exceeds_quota: false,
                     });
                 }
                 Ok(GroupsDecision {
@@ -403,6 +404,7 @@ fn reports(
             retry_after: Duration::from_micros(v.retry_after_us),
             allowed: v.allowed,
             shadow: *shadow,
+            exceeds_quota: false,
         });
     }
     GroupsDecision {

@@ -28,9 +28,13 @@ mod groups;
 mod identify;
 mod leased;
 mod live;
+mod meter;
 mod metrics_handler;
+mod over_quota;
 mod record;
 mod reload;
+mod reserve;
+mod settle;
 mod snapshot;
 mod store_metrics;
 
@@ -44,7 +48,10 @@ pub use groups::{
     Group, GroupReport, Groups, GroupsDecision, GroupsFailure, GroupsUnavailable, group_decision,
 };
 pub use live::RouteMatch;
+pub use meter::{Meter, Usage};
 pub use reload::{PolicyStatus, ReloadAttempt, ReloadError, ReloadOutcome};
+pub use reserve::Reservation;
+pub use settle::Settled;
 pub use snapshot::PolicySnapshot;
 
 use arc_swap::ArcSwap;

@@ -56,6 +56,10 @@ impl PolicySnapshot {
         &self.live
     }
 
+    pub(super) fn limiter(&self) -> &Limiter {
+        &self.limiter
+    }
+
     /// The pinned policy.
     pub fn policy(&self) -> &Policy {
         &self.live.policy

@@ -352,7 +352,8 @@ fn with_headers(decision: &Decision, allowed: bool, body: serde_json::Value) -> 
     } else {
         StatusCode::TOO_MANY_REQUESTS
     };
-    if !allowed {
+    // A cost above a limit's quota never passes: no retry time that lies.
+    if !allowed && decision.exceeded_quota().is_none() {
         let retry = decision.retry_after.unwrap_or(Duration::from_secs(1));
         h.insert(
             header::RETRY_AFTER,

@@ -407,6 +407,34 @@ impl ClusterStore {
     }
 }
 
+impl ClusterStore {
+    /// Settles slot by slot: one settle script per slot group, all sent
+    /// at once, within the store's budget.
+    async fn settle_groups(&self, settle: &super::Settle<'_>) -> Result<(), StoreError> {
+        let mut groups: Vec<(u16, Vec<&Item>)> = Vec::with_capacity(1);
+        for item in settle.items {
+            let slot = slot_of(&item.key);
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, g)) => g.push(item),
+                None => groups.push((slot, vec![item])),
+            }
+        }
+        let calls = groups.iter().map(|(_, items)| async move {
+            let shard = self.shard_for(&items[0].key);
+            let cmd = script::settle_cmd(&self.scripts, settle, items);
+            self.eval(&cmd, &self.scripts.settle, &shard)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.on_shard(shard))
+        });
+        tokio::time::timeout(self.timeout, join_all(calls))
+            .await
+            .map_err(|_| StoreError::Timeout)?
+            .into_iter()
+            .collect()
+    }
+}
+
 /// What an admitted decision charged: per slot, the items' indices and the
 /// script's reply.
 type ClusterCharge = Vec<(Vec<usize>, GroupReply)>;
@@ -490,6 +518,10 @@ impl Store for ClusterStore {
         units: u64,
     ) -> Result<(), StoreError> {
         self.give_back_units(items, charge, units).await
+    }
+
+    async fn settle(&self, settle: &super::Settle<'_>) -> Result<(), StoreError> {
+        self.settle_groups(settle).await
     }
 
     fn shard_for(&self, key: &str) -> Arc<str> {

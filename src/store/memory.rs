@@ -417,6 +417,42 @@ impl MemoryStore {
         }
     }
 
+    /// Settles `settle` here and now: every limit's shard locked in shard
+    /// order, as a decision does, so the settle is atomic with decisions.
+    pub fn settle_now(&self, settle: &super::Settle<'_>) {
+        let now = settle.now.unwrap_or_else(|| self.clock.now_us());
+        let located: Few<(usize, Key)> = settle.items.iter().map(|i| self.locate(&i.key)).collect();
+        let mut order: Few<usize> = located.iter().map(|&(shard, _)| shard).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Few<(usize, MutexGuard<'_, Shard>)> =
+            order.iter().map(|&i| (i, self.shards[i].lock())).collect();
+        let mut evicted = 0;
+        for (item, &(shard, key)) in settle.items.iter().zip(&located) {
+            let g = guards
+                .iter()
+                .position(|(i, _)| *i == shard)
+                .expect("every shard of the settle is locked");
+            let shard = &mut guards[g].1;
+            let state = shard.live(key, now);
+            let Some((state, ttl)) = crate::algorithm::settle(
+                &item.algorithm,
+                state,
+                now,
+                settle.charged_at,
+                settle.adjust,
+            ) else {
+                continue;
+            };
+            if !shard.map.contains_key(&key) {
+                evicted += shard.make_room(1, now);
+            }
+            shard.put(key, state, now + ttl.max(1), now);
+        }
+        drop(guards);
+        self.report_evictions(evicted);
+    }
+
     fn report_evictions(&self, evicted: u64) {
         if evicted > 0 {
             self.evictions.fetch_add(evicted, Ordering::Relaxed);
@@ -446,6 +482,11 @@ impl Store for MemoryStore {
 
     fn kind(&self) -> &'static str {
         "memory"
+    }
+
+    async fn settle(&self, settle: &super::Settle<'_>) -> Result<(), StoreError> {
+        self.settle_now(settle);
+        Ok(())
     }
 
     async fn usage(&self) -> Vec<super::ShardUsage> {

@@ -34,6 +34,7 @@ mod redis;
 mod script;
 #[cfg(feature = "redis-store")]
 mod sentinel;
+mod settle;
 #[cfg(feature = "redis-store")]
 pub(crate) mod tls;
 mod usage;
@@ -44,6 +45,7 @@ use std::time::Duration;
 pub use charge::Charge;
 pub use error::{ErrorClass, StoreError};
 pub use memory::MemoryStore;
+pub use settle::Settle;
 pub use usage::ShardUsage;
 
 #[cfg(feature = "redis-store")]
@@ -248,6 +250,19 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<(), StoreError> {
         let _ = (items, charge, units);
         Ok(())
+    }
+
+    /// Charges or gives back a settle's units ([`crate::algorithm::settle`])
+    /// on every limit of `settle`, atomically per shard (per slot on a
+    /// cluster): the request's actual usage after its response. A store
+    /// that cannot settle (the default) answers an error, which the
+    /// limiter counts as a failed settle.
+    async fn settle(&self, settle: &Settle<'_>) -> Result<(), StoreError> {
+        let _ = settle;
+        Err(StoreError::Command(format!(
+            "the {} store cannot settle",
+            self.kind()
+        )))
     }
 
     /// Keys and memory per shard now, for the `ratewatch_store_*` gauges.

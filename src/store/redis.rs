@@ -301,6 +301,27 @@ impl Store for RedisStore {
         self.give_back_units(items, charge, units).await
     }
 
+    async fn settle(&self, settle: &super::Settle<'_>) -> Result<(), StoreError> {
+        if settle.items.is_empty() {
+            return Ok(());
+        }
+        let items: Vec<&Item> = settle.items.iter().collect();
+        let cmd = script::settle_cmd(&self.scripts, settle, &items);
+        let mut conn = self.conn.read().clone();
+        let call = script::eval(
+            &mut conn,
+            &self.scripts.settle,
+            &cmd,
+            &self.reloads,
+            &self.shard,
+        );
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .map_err(|_| StoreError::Timeout)?
+            .map_err(script::classify)?;
+        Ok(())
+    }
+
     fn probes(&self) -> bool {
         true
     }

@@ -43,10 +43,19 @@ pub const DECIDE_LUA: &str = with_algorithms!("decide", "../../lua/decide.lua");
 /// The source of the refund script (every algorithm plus `lua/refund.lua`).
 pub const REFUND_LUA: &str = with_algorithms!("refund", "../../lua/refund.lua");
 
-/// The two scripts, their SHA1 computed once.
+/// The source of the settle script (`lua/common.lua` plus `lua/settle.lua`,
+/// which reads and writes the algorithms' records itself).
+pub const SETTLE_LUA: &str = concat!(
+    "local ENTRY = 'settle'\n",
+    include_str!("../../lua/common.lua"),
+    include_str!("../../lua/settle.lua"),
+);
+
+/// The scripts, their SHA1 computed once.
 pub(crate) struct Scripts {
     pub(crate) decide: redis::Script,
     pub(crate) refund: redis::Script,
+    pub(crate) settle: redis::Script,
 }
 
 impl Scripts {
@@ -54,8 +63,38 @@ impl Scripts {
         Self {
             decide: redis::Script::new(DECIDE_LUA),
             refund: redis::Script::new(REFUND_LUA),
+            settle: redis::Script::new(SETTLE_LUA),
         }
     }
+}
+
+/// `EVALSHA` of the settle script for `items` (one slot) of `settle`.
+pub(crate) fn settle_cmd(scripts: &Scripts, settle: &super::Settle<'_>, items: &[&Item]) -> Cmd {
+    use crate::algorithm::Adjust;
+    let bytes = 80
+        + items
+            .iter()
+            .map(|i| i.key.len() + ITEM_BYTES)
+            .sum::<usize>();
+    let mut cmd = evalsha(7 + 5 * items.len(), bytes);
+    cmd.arg(scripts.settle.get_hash()).arg(items.len());
+    for item in items {
+        cmd.arg(&item.key);
+    }
+    match settle.now {
+        Some(now) => cmd.arg(now),
+        None => cmd.arg(""),
+    };
+    cmd.arg(settle.charged_at);
+    match settle.adjust {
+        Adjust::Charge(n) => cmd.arg("c").arg(n),
+        Adjust::Refund(n) => cmd.arg("r").arg(n),
+    };
+    for item in items {
+        cmd.arg(item.algorithm.kind());
+        push_params(&mut cmd, &item.algorithm);
+    }
+    cmd
 }
 
 /// Script reloads after `NOSCRIPT`, per shard, told to the store's

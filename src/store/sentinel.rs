@@ -252,6 +252,21 @@ impl Store for SentinelStore {
         decided
     }
 
+    async fn settle(&self, settle: &super::Settle<'_>) -> Result<(), StoreError> {
+        let Some(master) = self.current() else {
+            self.resolve_later();
+            return Err(StoreError::Unavailable(format!(
+                "no sentinel has named the master {:?} yet",
+                self.inner.master_name
+            )));
+        };
+        let settled = master.settle(settle).await;
+        if settled.is_err() {
+            self.resolve_later();
+        }
+        settled
+    }
+
     fn shard_for(&self, _key: &str) -> Arc<str> {
         self.master_shard()
             .unwrap_or_else(|| self.inner.unknown.clone())

@@ -407,6 +407,7 @@ fn url_host_port(url: &str) -> String {
 /// [`MAX_ZERO_DECISION_SERIES`]); and the round-trip histogram per shard.
 pub fn register_at_zero(policy: &Policy) {
     super::lease::register_at_zero();
+    super::cost::register_at_zero(policy);
     super::rls::register_policy(policy);
     let shards = configured_shards(policy);
     register_store_usage_at_zero(&shards);

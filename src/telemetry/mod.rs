@@ -38,6 +38,7 @@
 //! ```
 
 mod aggregate;
+pub mod cost;
 mod counters;
 mod event;
 mod fleet;

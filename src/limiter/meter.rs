@@ -1,0 +1,115 @@
+//! [`Meter`] and [`Usage`]: how a handler tells the layer what a request
+//! really used, so that it is settled after the response.
+//!
+//! The layer (with [`RateLimitLayer::with_cost`](crate::RateLimitLayer::with_cost))
+//! puts a [`Meter`] into the extensions of every request it admitted and
+//! counted. A handler calls [`Meter::record`] or [`Meter::add`] (from a
+//! streamed body too: a clone lives as long as the stream), and/or puts a
+//! [`Usage`] into its response's extensions, which the layer records when
+//! the response head comes back. When the last clone of the meter drops
+//! (the layer holds one until the response head, a handler's live as long
+//! as it keeps them) the request is settled in the background: nothing
+//! recorded, nothing settled.
+//!
+//! A request whose client disconnects is dropped with its handler, so its
+//! meter drops too and what was recorded by then is settled.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use super::reserve::Reservation;
+
+/// What a request really used, in the units of its cost: a handler puts it
+/// into its response's extensions, and the layer records it in the
+/// request's [`Meter`] when the response head comes back (replacing what
+/// was recorded before).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage(pub u64);
+
+/// The running usage of one admitted request, settled when the last clone
+/// drops. Cheap to clone; every clone counts into the same total.
+#[derive(Debug, Clone)]
+pub struct Meter {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    reservation: Mutex<Option<Reservation>>,
+    actual: AtomicU64,
+    recorded: AtomicBool,
+}
+
+impl Meter {
+    /// A meter settling `reservation` when its last clone drops.
+    pub fn new(reservation: Reservation) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                reservation: Mutex::new(Some(reservation)),
+                actual: AtomicU64::new(0),
+                recorded: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Units the request's decision reserved (charged up front).
+    pub fn reserved(&self) -> u64 {
+        self.inner
+            .reservation
+            .lock()
+            .as_ref()
+            .map_or(0, Reservation::reserved)
+    }
+
+    /// Sets the request's actual usage to `units` (replacing what was
+    /// recorded or added before).
+    pub fn record(&self, units: u64) {
+        self.inner.actual.store(units, Ordering::Relaxed);
+        self.inner.recorded.store(true, Ordering::Release);
+    }
+
+    /// Adds `units` to the request's actual usage (saturating at
+    /// `u64::MAX`): for a stream that counts as it goes.
+    pub fn add(&self, units: u64) {
+        let _ = self
+            .inner
+            .actual
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_add(units))
+            });
+        self.inner.recorded.store(true, Ordering::Release);
+    }
+
+    /// The usage recorded so far, `None` if nothing was.
+    pub fn actual(&self) -> Option<u64> {
+        self.inner
+            .recorded
+            .load(Ordering::Acquire)
+            .then(|| self.inner.actual.load(Ordering::Relaxed))
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if !*self.recorded.get_mut() {
+            return;
+        }
+        let Some(reservation) = self.reservation.get_mut().take() else {
+            return;
+        };
+        let actual = *self.actual.get_mut();
+        // Settling waits on the store: it goes on in the background, never
+        // holding up the response (or a drop on a thread without a
+        // runtime, where it cannot run and counts as failed).
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(reservation.settle(actual));
+            }
+            Err(_) => {
+                crate::telemetry::cost::settled(&reservation.tier, &reservation.route, "failed", 0);
+            }
+        }
+    }
+}

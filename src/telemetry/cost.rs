@@ -1,0 +1,77 @@
+//! Cost and settle metrics: units requests were charged at their decision
+//! with an explicit cost, and what settling after the response charged or
+//! gave back. Labels are the tier and the route rule's pattern (or `*`),
+//! never an identity. Every family exists at zero from start-up
+//! ([`register_at_zero`]).
+
+use metrics::{counter, describe_counter};
+
+use super::metrics::{LABEL_ROUTE, LABEL_TIER};
+use crate::policy::Policy;
+
+/// Units admitted requests were charged at their decision, where the
+/// cost was given per request (`Limiter::check_cost`, `Limiter::reserve`,
+/// the layer's cost function): counter {tier, route}.
+pub const COST_UNITS_TOTAL: &str = "ratewatch_cost_units_total";
+/// Settles after a response, by outcome (`charged`, `refunded`,
+/// `failed`): counter {tier, route, outcome}.
+pub const SETTLES_TOTAL: &str = "ratewatch_settles_total";
+/// Units settles charged or gave back, by direction (`charged`,
+/// `refunded`): counter {tier, route, direction}.
+pub const SETTLED_UNITS_TOTAL: &str = "ratewatch_settled_units_total";
+
+/// Label: `charged` or `refunded`.
+pub const LABEL_DIRECTION: &str = "direction";
+
+/// The `outcome` values of [`SETTLES_TOTAL`].
+pub const SETTLE_OUTCOMES: [&str; 3] = ["charged", "refunded", "failed"];
+
+/// Describes the cost families to the current recorder.
+pub fn describe() {
+    describe_counter!(
+        COST_UNITS_TOTAL,
+        "Units admitted requests were charged at their decision, where the request named its cost."
+    );
+    describe_counter!(
+        SETTLES_TOTAL,
+        "Settles after a response: charged (used more than reserved), refunded (used less), failed (the store could not be asked)."
+    );
+    describe_counter!(
+        SETTLED_UNITS_TOTAL,
+        "Units settles charged beyond a reservation or gave back to it."
+    );
+}
+
+/// Makes every cost family exist at zero, for each tier on route `*`.
+pub fn register_at_zero(policy: &Policy) {
+    describe();
+    for tier in &policy.tiers {
+        let t = tier.name.clone();
+        counter!(COST_UNITS_TOTAL, LABEL_TIER => t.clone(), LABEL_ROUTE => "*").increment(0);
+        for o in SETTLE_OUTCOMES {
+            counter!(SETTLES_TOTAL, LABEL_TIER => t.clone(), LABEL_ROUTE => "*", super::metrics::LABEL_OUTCOME => o)
+                .increment(0);
+        }
+        for d in ["charged", "refunded"] {
+            counter!(SETTLED_UNITS_TOTAL, LABEL_TIER => t.clone(), LABEL_ROUTE => "*", LABEL_DIRECTION => d)
+                .increment(0);
+        }
+    }
+}
+
+/// An admitted request charged `units` at its decision.
+pub(crate) fn charged_at_decision(tier: &str, route: &str, units: u64) {
+    counter!(COST_UNITS_TOTAL, LABEL_TIER => tier.to_owned(), LABEL_ROUTE => route.to_owned())
+        .increment(units);
+}
+
+/// A settle ended: `outcome` is `charged`, `refunded` or `failed`; `units`
+/// were moved (0 when it failed).
+pub(crate) fn settled(tier: &str, route: &str, outcome: &'static str, units: u64) {
+    counter!(SETTLES_TOTAL, LABEL_TIER => tier.to_owned(), LABEL_ROUTE => route.to_owned(), super::metrics::LABEL_OUTCOME => outcome)
+        .increment(1);
+    if outcome != "failed" {
+        counter!(SETTLED_UNITS_TOTAL, LABEL_TIER => tier.to_owned(), LABEL_ROUTE => route.to_owned(), LABEL_DIRECTION => outcome)
+            .increment(units);
+    }
+}
