@@ -112,7 +112,8 @@ pub use layer::{RateLimit, RateLimitLayer};
 pub use limiter::{
     Decision, DecisionPath, Follow, Group, GroupReport, Groups, GroupsDecision, GroupsFailure,
     GroupsUnavailable, LimitReport, Limiter, LimiterBuilder, PolicySnapshot, PolicyStatus,
-    PolicyVersion, ReloadAttempt, ReloadError, ReloadOutcome, RouteMatch, Source, group_decision,
+    PolicyVersion, ReloadAttempt, ReloadError, ReloadOutcome, RouteMatch, Slot, Source,
+    group_decision,
 };
 pub use policy::{Limit, Policy, RouteRule, Tier};
 pub use resilience::BreakerState;

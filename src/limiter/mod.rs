@@ -31,6 +31,7 @@ mod live;
 mod metrics_handler;
 mod record;
 mod reload;
+mod slot;
 mod snapshot;
 mod store_metrics;
 
@@ -45,6 +46,7 @@ pub use groups::{
 };
 pub use live::RouteMatch;
 pub use reload::{PolicyStatus, ReloadAttempt, ReloadError, ReloadOutcome};
+pub use slot::Slot;
 pub use snapshot::PolicySnapshot;
 
 use arc_swap::ArcSwap;
@@ -87,6 +89,8 @@ struct Inner {
     leases: leased::LeaseState,
     /// Stops the task following the policy file when the limiter goes.
     follower: follow::FollowerHandle,
+    /// In-flight slots held, for their renewals.
+    slots: Arc<slot::Slots>,
 }
 
 impl std::fmt::Debug for Limiter {
@@ -214,6 +218,7 @@ impl LimiterBuilder {
                 clock: self.clock,
                 breakers,
                 follower: follow::FollowerHandle::default(),
+                slots: Arc::default(),
             }),
         };
         follow::start(&limiter)?;

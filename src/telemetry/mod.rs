@@ -41,6 +41,7 @@ mod aggregate;
 mod counters;
 mod event;
 mod fleet;
+pub mod inflight;
 pub mod lease;
 mod memory_view;
 pub mod metrics;
