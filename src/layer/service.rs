@@ -9,10 +9,10 @@ use tower::Service;
 
 use super::body::RefusalBody;
 use super::future::{HeldSlot, ResponseFuture};
-use super::response_body::ResponseBody;
 use super::headers;
 use super::options::{Options, Refused};
 use super::response::Refusal;
+use super::response_body::ResponseBody;
 use crate::Limiter;
 
 /// The path route rules are matched against: the one the client sent, as

@@ -69,7 +69,10 @@ pub(super) async fn slow(uri: Uri) -> Response {
         let done = done.clone();
         async move {
             match step {
-                0 => Some((Ok::<_, std::convert::Infallible>(Bytes::from_static(b" ")), 1)),
+                0 => Some((
+                    Ok::<_, std::convert::Infallible>(Bytes::from_static(b" ")),
+                    1,
+                )),
                 1 => {
                     tokio::time::sleep(wait).await;
                     Some((Ok(done), 2))
@@ -91,10 +94,19 @@ mod tests {
 
     #[test]
     fn a_slow_query_takes_ms_up_to_ten_seconds_and_nothing_else() {
-        assert_eq!(parse(Some("ms=250")), Ok(Slow { ms: 250, stream: false }));
+        assert_eq!(
+            parse(Some("ms=250")),
+            Ok(Slow {
+                ms: 250,
+                stream: false
+            })
+        );
         assert_eq!(
             parse(Some("ms=10000&stream=true")),
-            Ok(Slow { ms: 10_000, stream: true })
+            Ok(Slow {
+                ms: 10_000,
+                stream: true
+            })
         );
         for bad in [
             None,
