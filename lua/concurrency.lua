@@ -11,8 +11,8 @@
 --           takes ONE slot, 0 (a peek) takes none
 -- decide    reads only (ZCOUNT, ZREVRANGE); returns (common.lua): allowed,
 --           remaining (slots), reset_us, retry_us (1 s when refused: slots
---           come back when requests end), ttl_us = the latest deadline
---           (or a hold from now)
+--           come back when requests end), ttl_us = one hold timeout past
+--           the latest deadline (or past a hold from now)
 -- write     drops the holders past their deadline (the count is returned
 --           and reported as expired holders), adds the holder with
 --           deadline now + hold, and sets the key's expiry
@@ -33,7 +33,9 @@ function ALG.concurrency(key, limit, hold, holder, now, cost)
     local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
     newest = math.max(newest, tonumber(top[2]))
   end
-  local ttl = newest - now
+  -- One hold past the latest deadline: an expired holder is still there
+  -- for the next write to drop and count.
+  local ttl = newest - now + hold
   local takes = 0
   if cost > 0 then takes = 1 end
   if live + takes <= limit then

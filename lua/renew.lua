@@ -6,7 +6,7 @@
 -- ARGV[2 + i]   the hold timeout of KEYS[i] (µs)
 --
 -- A holder still live gets deadline now + hold (ZADD XX: never re-added)
--- and the key lives at least that long. A holder already past its
+-- and the key lives at least a hold timeout past it (see concurrency.lua). A holder already past its
 -- deadline, or gone, is not taken again: its slot may have been given to
 -- another request. Returns how many were gone (renewals failed).
 local now
@@ -22,7 +22,7 @@ for i = 1, #KEYS do
   if type(score) == 'string' and tonumber(score) > now then
     local hold = tonumber(ARGV[2 + i])
     redis.call('ZADD', KEYS[i], 'XX', string.format('%d', now + hold), ARGV[1])
-    local ms = math.ceil(hold / 1000)
+    local ms = math.ceil(2 * hold / 1000)
     redis.call('PEXPIRE', KEYS[i], string.format('%d', ms), 'GT')
   else
     gone = gone + 1

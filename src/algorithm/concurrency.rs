@@ -13,6 +13,10 @@
 //! when requests end, which no deadline predicts (a deadline only bounds
 //! how long a crashed holder keeps one), so the answer is short.
 //!
+//! A key lives one hold timeout past its latest deadline, so the holders a
+//! crashed process left are still there, expired, when the next admission
+//! drops them, and are counted (`ratewatch_inflight_expired_holders_total`).
+//!
 //! `lua/concurrency.lua` repeats the same arithmetic on a sorted set
 //! (member = holder id, score = deadline); parity tests hold them together.
 
@@ -50,13 +54,17 @@ pub(super) fn decide(
 ) -> Step {
     let mut holders = live(state, now);
     let count = holders.len() as u64;
+    // One hold timeout past the latest deadline: a holder that expired is
+    // still there for the next admission to drop and count (an expired
+    // holder), rather than vanishing with its key.
     let ttl = holders
         .iter()
         .map(|(_, d)| *d)
         .max()
         .unwrap_or(now)
         .max(now + hold_us)
-        - now;
+        - now
+        + hold_us;
     let takes = u64::from(cost > 0);
     if count + takes <= limit {
         let state = match holder {

@@ -443,7 +443,8 @@ impl MemoryStore {
     }
 
     /// Applies `change` to the in-flight state of each of `items`, writing
-    /// what it returns with a TTL of the state's latest deadline. Returns
+    /// what it returns with a TTL of a hold timeout past the state's latest
+    /// deadline (as a decision writes it). Returns
     /// how many items `change` left alone (no such holder).
     fn change_holders(
         &self,
@@ -464,7 +465,7 @@ impl MemoryStore {
                         State::Holders(h) => h.iter().map(|(_, d)| *d).max().unwrap_or(now),
                         _ => now,
                     };
-                    g.put(key, state, last.max(now + 1), now);
+                    g.put(key, state, last.max(now) + hold_us, now);
                 }
                 None => untouched += 1,
             }
