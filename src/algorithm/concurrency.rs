@@ -150,7 +150,9 @@ mod tests {
         let a = decide(1, HOLD, None, 1_000, 50, Some("a"));
         assert!(a.verdict.allowed);
         let peek = decide(1, HOLD, a.state.as_ref(), 1_001, 0, Some("b"));
-        assert!(!peek.verdict.allowed && peek.state.is_none());
+        // A peek reports the slots left (none) and takes nothing.
+        assert_eq!(peek.verdict.remaining, 0.0);
+        assert!(peek.state.is_none());
     }
 
     #[test]
