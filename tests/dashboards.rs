@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The metrics ratewatch exports (DESIGN.md, "Telemetry").
-const METRICS: [&str; 25] = [
+const METRICS: [&str; 29] = [
     "ratewatch_decisions_total",
     "ratewatch_limit_exceeded_total",
     "ratewatch_fallbacks_total",
@@ -39,6 +39,10 @@ const METRICS: [&str; 25] = [
     "ratewatch_store_keys",
     "ratewatch_store_memory_used_bytes",
     "ratewatch_store_memory_max_bytes",
+    "ratewatch_inflight_slots",
+    "ratewatch_inflight_expired_holders_total",
+    "ratewatch_inflight_renewals_failed_total",
+    "ratewatch_inflight_releases_failed_total",
 ];
 
 const HISTOGRAMS: [&str; 3] = [
@@ -971,6 +975,26 @@ fn exposition(t: f64) -> String {
             ),
         ],
     );
+    family(
+        &mut s,
+        "ratewatch_inflight_slots",
+        "gauge",
+        "In-flight slots this instance holds, by tier and limit.",
+        &[(r#"tier="free",limit="reports""#, 2.0)],
+    );
+    for (name, per_s) in [
+        ("ratewatch_inflight_expired_holders_total", 0.1),
+        ("ratewatch_inflight_renewals_failed_total", 0.05),
+        ("ratewatch_inflight_releases_failed_total", 0.02),
+    ] {
+        family(
+            &mut s,
+            name,
+            "counter",
+            "In-flight holder events, by shard.",
+            &[(r#"shard="127.0.0.1:6379""#, per_s * t)],
+        );
+    }
     family(
         &mut s,
         "ratewatch_rls_errors_total",
