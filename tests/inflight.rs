@@ -414,3 +414,48 @@ async fn random_acquires_and_releases_agree_in_rust_and_in_lua() {
     }
     assert_eq!(compared, 640);
 }
+
+#[test]
+fn a_bad_in_flight_limit_is_refused_naming_the_file_line_and_field() {
+    let file = |limit: &str| {
+        format!(
+            "[[tiers]]\nname = \"free\"\nlimits = [\n  {limit},\n]\n\n\
+             [[tiers]]\nname = \"anonymous\"\nlimits = [{{ name = \"b\", algorithm = \"token_bucket\", capacity = 1, refill_per_second = 1 }}]\n"
+        )
+    };
+    for (limit, field, says) in [
+        (
+            r#"{ name = "inflight", algorithm = "concurrency", limit = 2, hold_timeout = "100ms" }"#,
+            "tiers[0].limits[0].hold_timeout",
+            "from 1s to 1d",
+        ),
+        (
+            r#"{ name = "inflight", algorithm = "concurrency", limit = 0 }"#,
+            "tiers[0].limits[0].limit",
+            "",
+        ),
+        (
+            r#"{ name = "inflight", algorithm = "concurrency", limit = 2, window = "60s" }"#,
+            "window",
+            "limit, hold_timeout",
+        ),
+    ] {
+        let err = Policy::from_toml_str(&file(limit), Some("policy.toml"))
+            .expect_err(limit)
+            .to_string();
+        assert!(err.starts_with("policy.toml:4:"), "{err}");
+        assert!(err.contains(field) && err.contains(says), "{err}");
+    }
+    let ok = Policy::from_toml_str(
+        &file(r#"{ name = "inflight", algorithm = "concurrency", limit = 2 }"#),
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        ok.tiers[0].limits[0].algorithm,
+        Algorithm::Concurrency {
+            limit: 2,
+            hold_us: ratewatch::algorithm::DEFAULT_HOLD_US
+        }
+    );
+}
