@@ -67,20 +67,30 @@ fn rate(rt: &tokio::runtime::Runtime, limiter: &Limiter, secs: f64) -> f64 {
             }
             n += 64;
         }
-        // Releases spawned on Redis: the clock stops once all of them are
-        // done (no more tasks alive than before the loop), so they are
-        // paid for; at most 5 s, in case a task of the store's own
-        // started meanwhile.
+        // Releases spawned on Redis: the clock stops once they are done,
+        // so they are paid for: when no more tasks are alive than before
+        // the loop, or (a task of the store's own may have started
+        // meanwhile) when the count has not moved for 20 ms, which are
+        // not counted.
         let drain = Instant::now();
-        while metrics.num_alive_tasks() > baseline && drain.elapsed() < Duration::from_secs(5) {
+        let (mut last, mut still) = (metrics.num_alive_tasks(), Instant::now());
+        let mut settle = Duration::ZERO;
+        while metrics.num_alive_tasks() > baseline {
             tokio::time::sleep(Duration::from_micros(100)).await;
+            let now = metrics.num_alive_tasks();
+            if now != last {
+                (last, still) = (now, Instant::now());
+            } else if still.elapsed() >= Duration::from_millis(20) {
+                settle = still.elapsed();
+                break;
+            }
         }
         eprintln!(
-            "bench: in-flight: {} tasks alive after the loop, drained in {:?}",
+            "bench: in-flight: {} tasks alive after the loop ({baseline} before), drained in {:?}",
             metrics.num_alive_tasks(),
-            drain.elapsed()
+            drain.elapsed() - settle
         );
-        n as f64 / started.elapsed().as_secs_f64()
+        n as f64 / (started.elapsed() - settle).as_secs_f64()
     })
 }
 
