@@ -15,8 +15,8 @@
 //! use ratewatch::layer::ResponseBody;
 //! let body = ResponseBody::new(http_body_util::Full::new(bytes::Bytes::from_static(b"hi")));
 //! assert_eq!(body.size_hint().exact(), Some(2));
-//! assert!(body.slot().is_none());
-//! assert_eq!(body.into_inner(), http_body_util::Full::new(bytes::Bytes::from_static(b"hi")));
+//! assert!(body.slot().is_none() && !body.is_end_stream());
+//! assert_eq!(body.into_inner().size_hint().exact(), Some(2));
 //! ```
 
 use std::pin::Pin;
