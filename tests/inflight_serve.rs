@@ -424,3 +424,25 @@ async fn the_shipped_policy_limits_api_slow_and_refuses_a_bad_ms_with_400() {
         slots_line(&metrics)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_cost_one_script_call_per_holder_every_third_of_the_hold_timeout() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = policy(dir.path(), &redis_store(&redis.url()), 1, "3s", "closed");
+    let server = Ratewatch::start("serve", Some(&file), &[]);
+    let _socket = hold_on_socket(&server, 10_000);
+    wait_held(&server, 1).await;
+    // A quiet window: the only scripts run are the holder's renewals (the
+    // fleet view's flushes are pipelines, not scripts).
+    let before = redis.command_calls("evalsha");
+    let window = Duration::from_secs(3);
+    tokio::time::sleep(window).await;
+    let renewals = redis.command_calls("evalsha") - before;
+    eprintln!("{renewals} renewal calls in {window:?} for one holder of a 3 s hold");
+    assert!(
+        (2..=4).contains(&renewals),
+        "{renewals} renewal calls in {window:?}"
+    );
+    wait_refused(&server).await;
+}
