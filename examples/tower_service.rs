@@ -1,8 +1,11 @@
 //! Rate-limiting a plain tower service, no axum: a `tower::service_fn`
-//! answering `http::Response<String>`, served by hyper. ratewatch's own
-//! answers (429 with a JSON body) are built in the service's `String`
-//! body; the peer address is a plain `SocketAddr` the accept loop puts in
-//! each request's extensions.
+//! answering `http::Response<String>`, served by hyper. hyper wants a body
+//! it can stream, so the service's `String` becomes `Full<Bytes>` inside
+//! the limiter; ratewatch's own answers (429 with a JSON body) are built in
+//! that body, and its `ResponseBody` around it (an `http_body::Body`) holds
+//! a request's in-flight slot, if any, until hyper has sent the body. The
+//! peer address is a plain `SocketAddr` the accept loop puts in each
+//! request's extensions.
 //!
 //! cargo run --example tower_service
 //! curl -i localhost:3001/        # 200 200 200, then 429
@@ -36,10 +39,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     let limiter = Limiter::new(policy).await?;
     let app = ServiceBuilder::new()
-        // hyper wants a body it can stream: `String` becomes `Full<Bytes>`
-        // outside the limiter, so refusals are converted the same way.
-        .map_response(|res: Response<String>| res.map(|b| Full::new(Bytes::from(b))))
         .layer(limiter.layer())
+        // hyper wants a body it can stream: `String` becomes `Full<Bytes>`
+        // inside the limiter, which answers in `ResponseBody<Full<Bytes>>`.
+        .map_response(|res: Response<String>| res.map(|b| Full::new(Bytes::from(b))))
         .service(service_fn(hello));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:3001").await?;
     loop {

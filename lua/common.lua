@@ -69,7 +69,7 @@ end
 -- share is not built for a token bucket alone, the commonest call.
 local floor, fmod, format, sat_sub
 if ALG.fixed_window or ALG.sliding_window or ALG.sliding_log or ALG.gcra
-    or ALG.leaky_bucket then
+    or ALG.leaky_bucket or ALG.concurrency then
   floor, fmod, format = math.floor, math.fmod, string.format
   -- Saturating subtraction of unsigned integers.
   sat_sub = function(a, b)

@@ -9,7 +9,8 @@
 --                own costs (0 checks without charging)
 -- ARGV[3]        '1' to peek (decide, write nothing), else '0'
 -- ARGV[4+5(i-1)] limit i: algorithm name (token_bucket, sliding_window,
---                sliding_log, fixed_window, gcra, leaky_bucket)
+--                sliding_log, fixed_window, gcra, leaky_bucket,
+--                concurrency)
 -- ARGV[5+5(i-1)] '1' if limit i is shadow (reported, never blocks)
 -- ARGV[6..8+5(i-1)] p1, p2, p3: the algorithm's parameters (see its file)
 --
@@ -29,6 +30,7 @@
 --     1  delay_us (an admitted leaky-bucket request must wait)
 --     2  the window start written (µs; window counters)
 --     3  the number m of sliding-log members written, then those m members
+--     4  the number of expired in-flight holders the write dropped
 -- A limit's state was written if and only if the call and the limit
 -- allowed and it was not a peek.
 
@@ -90,7 +92,9 @@ for i = 1, #KEYS do
       if kind == 3 then
         added = S[s + 6](KEYS[i], S[s + 5], S[s + 8])
         head = 7
-      else
+      elseif kind == 4 then
+        head, extra = 9, S[s + 6](KEYS[i], S[s + 5], S[s + 8])
+      elseif S[s + 6] then
         -- One string and its expiry in one command: whole milliseconds,
         -- rounded up so a key never dies before its state stops mattering,
         -- and at least 1 (PX 0 is refused). Formatted here: Redis formats a

@@ -115,7 +115,7 @@ pub use limiter::{
     Decision, DecisionPath, Follow, Group, GroupReport, Groups, GroupsDecision, GroupsFailure,
     GroupsUnavailable, LimitReport, Limiter, LimiterBuilder, Meter, PolicySnapshot, PolicyStatus,
     PolicyVersion, ReloadAttempt, ReloadError, ReloadOutcome, Reservation, RouteMatch, Settled,
-    Source, Usage, group_decision,
+    Slot, Source, Usage, group_decision,
 };
 pub use policy::{Limit, Policy, RouteRule, Tier};
 pub use resilience::BreakerState;

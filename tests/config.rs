@@ -91,7 +91,15 @@ fn demo_policy_loads_with_its_tiers_routes_and_limits() {
         .route_for("GET", "/api/ratelimit/status")
         .expect("status route");
     assert!(status.exempt);
-    assert_eq!(policy.routes.len(), 2);
+    let slow = policy.route_for("GET", "/api/slow").expect("slow route");
+    assert_eq!(
+        slow.limits[0].algorithm,
+        ratewatch::algorithm::Algorithm::Concurrency {
+            limit: 2,
+            hold_us: 30_000_000
+        }
+    );
+    assert_eq!(policy.routes.len(), 3);
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The metrics ratewatch exports (DESIGN.md, "Telemetry").
-const METRICS: [&str; 28] = [
+const METRICS: [&str; 32] = [
     "ratewatch_decisions_total",
     "ratewatch_limit_exceeded_total",
     "ratewatch_fallbacks_total",
@@ -42,6 +42,10 @@ const METRICS: [&str; 28] = [
     "ratewatch_cost_units_total",
     "ratewatch_settles_total",
     "ratewatch_settled_units_total",
+    "ratewatch_inflight_slots",
+    "ratewatch_inflight_expired_holders_total",
+    "ratewatch_inflight_renewals_failed_total",
+    "ratewatch_inflight_releases_failed_total",
 ];
 
 const HISTOGRAMS: [&str; 3] = [
@@ -975,6 +979,26 @@ fn exposition(t: f64) -> String {
             ),
         ],
     );
+    family(
+        &mut s,
+        "ratewatch_inflight_slots",
+        "gauge",
+        "In-flight slots this instance holds, by tier and limit.",
+        &[(r#"tier="free",limit="reports""#, 2.0)],
+    );
+    for (name, per_s) in [
+        ("ratewatch_inflight_expired_holders_total", 0.1),
+        ("ratewatch_inflight_renewals_failed_total", 0.05),
+        ("ratewatch_inflight_releases_failed_total", 0.02),
+    ] {
+        family(
+            &mut s,
+            name,
+            "counter",
+            "In-flight holder events, by shard.",
+            &[(r#"shard="127.0.0.1:6379""#, per_s * t)],
+        );
+    }
     family(
         &mut s,
         "ratewatch_rls_errors_total",

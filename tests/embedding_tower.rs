@@ -184,8 +184,12 @@ async fn an_anonymous_grpc_caller_is_limited_by_the_peer_address_tonic_recorded(
 /// A plain tower service with a `String` body, no axum anywhere.
 fn hello_service(
     limiter: &Limiter,
-) -> impl tower::Service<Request<String>, Response = Response<String>, Error = Infallible, Future: Send>
-+ Clone {
+) -> impl tower::Service<
+    Request<String>,
+    Response = Response<ratewatch::layer::ResponseBody<String>>,
+    Error = Infallible,
+    Future: Send,
+> + Clone {
     ServiceBuilder::new()
         .layer(limiter.layer())
         .service(service_fn(|req: Request<String>| async move {
@@ -217,7 +221,11 @@ async fn a_service_fn_with_string_bodies_is_limited_and_refused_in_its_own_body(
         .await
         .unwrap();
     assert_eq!(ok.status(), StatusCode::OK);
-    assert_eq!(ok.body(), "hello; 1 left", "the handler read its decision");
+    assert_eq!(
+        ok.body().get_ref(),
+        "hello; 1 left",
+        "the handler read its decision"
+    );
     assert_eq!(ok.headers()["x-ratelimit-remaining"], "1");
     svc.clone()
         .oneshot(from_peer("192.0.2.1:1001"))
@@ -231,7 +239,8 @@ async fn a_service_fn_with_string_bodies_is_limited_and_refused_in_its_own_body(
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(refused.headers()["content-type"], "application/json");
     assert!(refused.headers().contains_key("retry-after"));
-    let body: serde_json::Value = serde_json::from_str(refused.body()).expect("JSON body");
+    let body: serde_json::Value =
+        serde_json::from_str(refused.body().get_ref()).expect("JSON body");
     assert_eq!(body["error"], "rate_limited");
     assert_eq!(body["limit"], "burst");
     assert!(
@@ -258,7 +267,7 @@ async fn an_apps_own_refusal_is_converted_into_a_string_body() {
     svc.clone().oneshot(from_peer("192.0.2.9:1")).await.unwrap();
     let refused = svc.oneshot(from_peer("192.0.2.9:1")).await.unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(refused.body(), "slow down");
+    assert_eq!(refused.body().get_ref(), "slow down");
     assert_eq!(refused.headers()["content-type"], "text/plain");
     assert!(refused.headers().contains_key("ratelimit"));
 }

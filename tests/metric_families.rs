@@ -129,6 +129,10 @@ limits = [{ name = "burst", algorithm = "token_bucket", capacity = 10, refill_pe
 [[tiers]]
 name = "anonymous"
 limits = [{ name = "burst", algorithm = "token_bucket", capacity = 10, refill_per_second = 1 }]
+
+[[routes]]
+path = "/api/slow"
+limits = [{ name = "inflight", algorithm = "concurrency", limit = 2 }]
 "#;
 
 fn missing(used: &BTreeSet<String>, text: &str) -> Vec<String> {

@@ -32,6 +32,7 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod inflight;
 mod inproc;
 mod lease;
 mod load;
@@ -73,6 +74,9 @@ pub struct Results {
     pub lease: Vec<lease::LeaseRun>,
     /// Reserve + settle against a plain decision, per round.
     pub settle: Vec<settle::SettleRun>,
+    /// In-flight acquire/release against a plain decision, per round:
+    /// memory store, Redis.
+    pub inflight: Vec<(inflight::InflightRun, inflight::InflightRun)>,
     pub inproc: HashMap<(inproc::Who, bool, usize), Vec<f64>>,
     pub memory: Vec<memory::Footprint>,
     pub evalsha: Vec<String>,
@@ -197,6 +201,21 @@ fn main() {
                 s.redis_settled,
                 s.redis_ratio()
             );
+        }
+        Some("inflight") => {
+            // `inflight SECS`: only in-flight acquire/release against a
+            // plain decision, memory store and a fresh Redis.
+            let secs = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(3.0);
+            let redis = support::RedisServer::start();
+            for (store, url) in [("memory", None), ("redis", Some(redis.url()))] {
+                let r = inflight::measure(url.as_deref(), secs);
+                println!(
+                    "{store}: plain {:.0}/s, in-flight acquire+release {:.0}/s, ratio {:.3}",
+                    r.plain,
+                    r.inflight,
+                    r.inflight / r.plain
+                );
+            }
         }
         Some("proxy") => {
             // `proxy UPSTREAM_PORT DELAY_US`: the emulated network alone, for
@@ -417,6 +436,15 @@ fn run(o: Options) {
             s.redis_ratio()
         );
         r.settle.push(s);
+        let memory = inflight::measure(None, o.secs as f64);
+        let on_redis = inflight::measure(Some(&redis.url()), o.secs as f64);
+        eprintln!(
+            "bench: round {} in-flight / plain         memory {:.3} redis {:.3}",
+            round + 1,
+            memory.inflight / memory.plain,
+            on_redis.inflight / on_redis.plain
+        );
+        r.inflight.push((memory, on_redis));
         rls::round(&o, &redis.url(), round, &mut r);
     }
 

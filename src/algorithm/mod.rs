@@ -60,6 +60,7 @@
 //! assert_eq!(third.verdict.retry_after_us, 1_000_000);
 //! ```
 
+pub mod concurrency;
 mod fixed_window;
 mod gcra;
 mod leaky_bucket;
@@ -125,6 +126,16 @@ pub enum Algorithm {
         /// Longest wait a shaped request may be given; 0 polices.
         max_delay_us: u64,
     },
+    /// In flight: at most `limit` requests at once, each holding a slot
+    /// until it ends or `hold_us` passes without a renewal (see
+    /// [`concurrency`]).
+    Concurrency {
+        /// Requests in flight at once.
+        limit: u64,
+        /// How long a slot is held without a renewal: a crashed holder's
+        /// slot comes back after it.
+        hold_us: u64,
+    },
 }
 
 /// What an algorithm remembers for one key.
@@ -167,6 +178,8 @@ pub enum State {
         /// interval, the units queued ahead are kept, not the time.
         interval_us: u64,
     },
+    /// In-flight holders: each holder's id and its deadline (µs).
+    Holders(Vec<(String, Micros)>),
 }
 
 /// The answer of one limit for one request.
@@ -202,7 +215,23 @@ impl Algorithm {
     /// Applies the algorithm to `state` (`None` for a fresh or expired key)
     /// for a request of `cost` units at `now`. A `cost` of zero peeks.
     pub fn decide(&self, state: Option<&State>, now: Micros, cost: u64) -> Step {
+        self.decide_as(state, now, cost, None)
+    }
+
+    /// [`Algorithm::decide`] for a request that takes in-flight slots as
+    /// `holder`: only an in-flight limit uses it (without a holder it is
+    /// checked, nothing taken).
+    pub fn decide_as(
+        &self,
+        state: Option<&State>,
+        now: Micros,
+        cost: u64,
+        holder: Option<&str>,
+    ) -> Step {
         match *self {
+            Algorithm::Concurrency { limit, hold_us } => {
+                concurrency::decide(limit, hold_us, state, now, cost, holder)
+            }
             Algorithm::TokenBucket {
                 capacity,
                 refill_per_second,
@@ -244,6 +273,7 @@ impl Algorithm {
             Algorithm::FixedWindow { .. } => "fixed_window",
             Algorithm::Gcra { .. } => "gcra",
             Algorithm::LeakyBucket { .. } => "leaky_bucket",
+            Algorithm::Concurrency { .. } => "concurrency",
         }
     }
 
@@ -256,7 +286,13 @@ impl Algorithm {
             | Algorithm::FixedWindow { limit, .. } => limit,
             Algorithm::Gcra { burst, .. } => burst,
             Algorithm::LeakyBucket { capacity, .. } => capacity,
+            Algorithm::Concurrency { limit, .. } => limit,
         }
+    }
+
+    /// Whether this is an in-flight limit (slots held until a request ends).
+    pub fn is_concurrency(&self) -> bool {
+        matches!(self, Algorithm::Concurrency { .. })
     }
 
     /// The window `w` of the `RateLimit-Policy` header, in whole seconds: the
@@ -279,6 +315,9 @@ impl Algorithm {
                 capacity,
                 ..
             } => capacity * interval_us(rate_per_second),
+            // Slots come back when requests end: the hold timeout is the
+            // longest a slot can stay taken without a live holder.
+            Algorithm::Concurrency { hold_us, .. } => hold_us,
         };
         us.div_ceil(MICROS_PER_SEC).max(1)
     }
@@ -322,6 +361,10 @@ impl Algorithm {
                 rate_per_second: rate_per_second * rate_factor,
                 capacity: quota(capacity),
                 max_delay_us,
+            },
+            Algorithm::Concurrency { limit, hold_us } => Algorithm::Concurrency {
+                limit: quota(limit),
+                hold_us,
             },
         }
     }
@@ -404,15 +447,41 @@ impl Algorithm {
                 }
                 Ok(())
             }
+            Algorithm::Concurrency { limit, hold_us } => {
+                quota(limit, "limit")?;
+                if (MIN_HOLD_US..=MAX_HOLD_US).contains(&hold_us) {
+                    Ok(())
+                } else {
+                    Err(
+                        "`hold_timeout` must be from 1s to 1d (for example \"30s\"): \
+                         renewals run every third of it"
+                            .into(),
+                    )
+                }
+            }
         }
     }
 
     /// The largest cost a single request may have: a request costing more
     /// could never pass, so the config is rejected instead.
     pub fn max_cost(&self) -> u64 {
-        self.quota()
+        match self {
+            // A request takes one slot whatever its cost.
+            Algorithm::Concurrency { .. } => u64::MAX,
+            _ => self.quota(),
+        }
     }
 }
+
+/// The shortest hold timeout of an in-flight limit (renewals run every
+/// third of it).
+pub const MIN_HOLD_US: u64 = MICROS_PER_SEC;
+/// The longest hold timeout of an in-flight limit.
+pub const MAX_HOLD_US: u64 = 86_400 * MICROS_PER_SEC;
+/// The hold timeout of an in-flight limit that names none: long enough
+/// for renewals (every 10 s) to ride out a slow store call, short enough
+/// that a crashed process's slots come back within half a minute.
+pub const DEFAULT_HOLD_US: u64 = 30 * MICROS_PER_SEC;
 
 /// Microseconds between two units at `rate_per_second`, rounded up so that
 /// rounding never admits more than the configured rate.

@@ -97,6 +97,9 @@ pub fn settle(
             capacity,
             ..
         } => tat(interval_us(rate_per_second), capacity, state, now, adjust),
+        // A slot is held until its request ends, not spent: nothing to
+        // settle (the limiter never sends one).
+        Algorithm::Concurrency { .. } => None,
     }
 }
 

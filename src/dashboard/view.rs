@@ -272,6 +272,7 @@ fn describe_limit(l: &crate::policy::Limit) -> String {
             "leaky bucket {capacity} at {rate_per_second}/s{}",
             if *max_delay_us > 0 { ", shaping" } else { "" }
         ),
+        Algorithm::Concurrency { limit, .. } => format!("in flight {limit}"),
     };
     let mut s = format!("{}: {what}", l.name);
     if l.scope != crate::policy::Scope::Identity {

@@ -14,14 +14,22 @@ use http::Response;
 use pin_project_lite::pin_project;
 
 use super::headers::{self, HeaderFamilies};
-use crate::Decision;
+use super::response_body::ResponseBody;
+use crate::{Decision, Slot};
+
+/// The in-flight slot a boxed future's response carries to
+/// [`ResponseFuture`], which moves it into the [`ResponseBody`].
+#[derive(Clone)]
+pub(super) struct HeldSlot(pub(super) Slot);
 
 type Boxed<O> = Pin<Box<dyn Future<Output = O> + Send + 'static>>;
 
 pin_project! {
     /// Resolves to the inner service's response with rate-limit headers, or
-    /// to the limiter's own answer (429, 503, 400, 401). `F` is the inner
-    /// service's future.
+    /// to the limiter's own answer (429, 503, 400, 401), its body wrapped
+    /// in a [`ResponseBody`] that holds the request's in-flight slot until
+    /// it ends. `F` is the inner service's future. Dropped before it
+    /// resolves (a client gone), it gives the slot back.
     pub struct ResponseFuture<F: Future> {
         #[pin]
         kind: Kind<F>,
@@ -38,6 +46,7 @@ pin_project! {
             #[pin]
             inner: F,
             decided: Option<(Decision, HeaderFamilies)>,
+            slot: Option<Slot>,
         },
         /// The limiter answered itself.
         Ready { response: Option<F::Output> },
@@ -49,11 +58,17 @@ pin_project! {
 impl<F: Future> ResponseFuture<F> {
     /// The inner service's response, finished with `decision`'s headers
     /// and the decision itself in its extensions.
-    pub(super) fn limited(inner: F, decision: Decision, families: HeaderFamilies) -> Self {
+    pub(super) fn limited(
+        inner: F,
+        decision: Decision,
+        slot: Option<Slot>,
+        families: HeaderFamilies,
+    ) -> Self {
         Self {
             kind: Kind::Inner {
                 inner,
                 decided: Some((decision, families)),
+                slot,
             },
         }
     }
@@ -64,6 +79,7 @@ impl<F: Future> ResponseFuture<F> {
             kind: Kind::Inner {
                 inner,
                 decided: None,
+                slot: None,
             },
         }
     }
@@ -92,24 +108,34 @@ impl<F, B, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<Response<B>, E>>,
 {
-    type Output = Result<Response<B>, E>;
+    type Output = Result<Response<ResponseBody<B>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
-            KindProj::Inner { inner, decided } => {
+            KindProj::Inner {
+                inner,
+                decided,
+                slot,
+            } => {
                 let mut res = ready!(inner.poll(cx))?;
                 if let Some((decision, families)) = decided.take() {
                     headers::insert_families(res.headers_mut(), &decision, families);
                     res.extensions_mut().insert(decision);
                 }
-                Poll::Ready(Ok(res))
+                let slot = slot.take();
+                Poll::Ready(Ok(res.map(|b| ResponseBody::holding(b, slot))))
             }
             KindProj::Ready { response } => Poll::Ready(
                 response
                     .take()
-                    .expect("ResponseFuture polled after it completed"),
+                    .expect("ResponseFuture polled after it completed")
+                    .map(|res| res.map(ResponseBody::new)),
             ),
-            KindProj::Waiting { fut } => fut.as_mut().poll(cx),
+            KindProj::Waiting { fut } => {
+                let mut res = ready!(fut.as_mut().poll(cx))?;
+                let slot = res.extensions_mut().remove::<HeldSlot>().map(|h| h.0);
+                Poll::Ready(Ok(res.map(|b| ResponseBody::holding(b, slot))))
+            }
         }
     }
 }

@@ -58,10 +58,11 @@
 //!     req.extensions_mut().insert("192.0.2.1:4000".parse::<std::net::SocketAddr>().unwrap());
 //!     req
 //! };
-//! assert_eq!(svc.clone().oneshot(req()).await.unwrap().body(), "hi");
+//! // The layer's body is a `ResponseBody` around the service's own.
+//! assert_eq!(svc.clone().oneshot(req()).await.unwrap().body().get_ref(), "hi");
 //! let refused = svc.oneshot(req()).await.unwrap();
 //! assert_eq!(refused.status(), 429);
-//! assert!(refused.body().contains("rate_limited"));
+//! assert!(refused.body().get_ref().contains("rate_limited"));
 //! # });
 //! ```
 //!
@@ -88,6 +89,7 @@ pub mod headers;
 mod options;
 mod peer;
 mod response;
+mod response_body;
 mod service;
 
 use std::sync::Arc;
@@ -100,6 +102,7 @@ pub use future::ResponseFuture;
 pub use headers::HeaderFamilies;
 pub use peer::PeerAddr;
 pub use response::Refusal;
+pub use response_body::ResponseBody;
 pub use service::RateLimit;
 
 use crate::{Decision, Identity, Limiter};

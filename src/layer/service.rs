@@ -8,10 +8,11 @@ use http::{Request, Response};
 use tower::Service;
 
 use super::body::RefusalBody;
-use super::future::ResponseFuture;
+use super::future::{HeldSlot, ResponseFuture};
 use super::headers;
 use super::options::{Options, Refused};
 use super::response::Refusal;
+use super::response_body::ResponseBody;
 use crate::Limiter;
 
 /// The path route rules are matched against: the one the client sent, as
@@ -64,7 +65,7 @@ where
     ReqBody: Send + 'static,
     ResBody: RefusalBody,
 {
-    type Response = Response<ResBody>;
+    type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
@@ -115,7 +116,8 @@ where
                 let decision = limiter.check(&identity, &tier, route.as_ref()).await;
                 match answer(&limiter, &options, decision, &identity, &parts) {
                     Answer::Refuse(refusal) => Ok(refusal.get().await),
-                    Answer::Pass(decision) => {
+                    Answer::Pass(mut decision) => {
+                        let slot = decision.slot.take();
                         if !decision.delay.is_zero() {
                             tokio::time::sleep(decision.delay).await;
                         }
@@ -123,15 +125,22 @@ where
                         let mut res = inner.call(req).await?;
                         headers::insert_families(res.headers_mut(), &decision, options.headers);
                         res.extensions_mut().insert(decision);
+                        if let Some(slot) = slot {
+                            res.extensions_mut().insert(HeldSlot(slot));
+                        }
                         Ok(res)
                     }
                 }
             }));
         };
-        let decision = match answer(&limiter, options, decision, &identity, &parts) {
+        let mut decision = match answer(&limiter, options, decision, &identity, &parts) {
             Answer::Refuse(refusal) => return refused(refusal),
             Answer::Pass(d) => d,
         };
+        // The slot rides with the response body, not with the copies of
+        // the decision in the extensions, so it goes back when the body
+        // ends or anything on the way is dropped.
+        let slot = decision.slot.take();
         if !decision.delay.is_zero() {
             // A leaky bucket shapes this request: hold it, then pass it on.
             let families = options.headers;
@@ -141,12 +150,15 @@ where
                 let mut res = inner.call(req).await?;
                 headers::insert_families(res.headers_mut(), &decision, families);
                 res.extensions_mut().insert(decision);
+                if let Some(slot) = slot {
+                    res.extensions_mut().insert(HeldSlot(slot));
+                }
                 Ok(res)
             }));
         }
         parts.extensions.insert(decision.clone());
         let req = Request::from_parts(parts, body);
-        ResponseFuture::limited(inner.call(req), decision, options.headers)
+        ResponseFuture::limited(inner.call(req), decision, slot, options.headers)
     }
 }
 

@@ -62,6 +62,7 @@ pub(super) fn build(
         path: DecisionPath::Store,
         route: None,
         method: None,
+        slot: None,
     }
 }
 

@@ -23,6 +23,9 @@ pub(super) struct Prepared<'a> {
     pub(super) route: Option<usize>,
     pub(super) failure: FailurePolicy,
     pub(super) peek: bool,
+    /// The holder id of the request's in-flight slots, if it has in-flight
+    /// limits and is not a peek.
+    pub(super) holder: Option<String>,
 }
 
 impl Prepared<'_> {
@@ -30,7 +33,11 @@ impl Prepared<'_> {
         if self.peek {
             Batch::peek(&self.items)
         } else {
-            Batch::consume(&self.items, self.cost)
+            let batch = Batch::consume(&self.items, self.cost);
+            match &self.holder {
+                Some(h) => batch.holding(h),
+                None => batch,
+            }
         }
     }
 }
@@ -79,8 +86,10 @@ impl Limiter {
         identity: &Identity,
     ) -> Decision {
         let (peek, route) = (p.peek, p.route);
-        // A store without leases skips the lease path's (large) future.
-        let leased = if peek || !self.inner.store.leases() {
+        // A store without leases skips the lease path's (large) future; a
+        // request taking in-flight slots is decided exactly (a slot is
+        // held, not spent, so it cannot be leased).
+        let leased = if peek || !self.inner.store.leases() || p.holder.is_some() {
             None
         } else {
             self.decide_leased(
@@ -167,7 +176,10 @@ impl Limiter {
             .or_else(|| c.tiers.get(&live.policy.identity.default_tier))
             .or_else(|| c.tiers.values().next())?;
         let (items, limits) = c.items(tier, route, identity, false);
+        let holder = (!peek && items.iter().any(|i| i.algorithm.is_concurrency()))
+            .then(crate::store::holder_id);
         Some(Prepared {
+            holder,
             tier,
             items,
             limits,
@@ -195,6 +207,7 @@ impl Limiter {
             path: DecisionPath::Store,
             route: None,
             method: None,
+            slot: None,
         }
     }
 
@@ -243,7 +256,10 @@ impl Limiter {
                     shard: d.shard.clone(),
                 };
                 let kept = keep.then(|| d.clone());
-                (build(tier.name.clone(), limits, d, source, None), kept)
+                let slot = self.slot_for(&tier.name, batch, limits, &d, &self.inner.store);
+                let mut decision = build(tier.name.clone(), limits, d, source, None);
+                decision.slot = slot;
+                (decision, kept)
             }
             Err(f) => (
                 self.failed_over(live, tier, route, identity, batch, failure, limits, f),
@@ -277,6 +293,41 @@ impl Limiter {
             *retry = wait.max(Duration::from_secs(1));
         }
         d
+    }
+
+    /// The in-flight slots an admitted `d` took for `batch`'s holder on
+    /// `store`; `None` when it took none.
+    pub(super) fn slot_for(
+        &self,
+        tier: &std::sync::Arc<str>,
+        batch: &Batch<'_>,
+        limits: &[&CompiledLimit],
+        d: &StoreDecision,
+        store: &std::sync::Arc<dyn crate::store::Store>,
+    ) -> Option<super::Slot> {
+        let holder = batch.holder?;
+        if !d.allowed || batch.peek {
+            return None;
+        }
+        let (items, names): (Vec<Item>, Vec<std::sync::Arc<str>>) = batch
+            .items
+            .iter()
+            .zip(limits)
+            .zip(&d.verdicts)
+            .filter(|((i, _), v)| i.algorithm.is_concurrency() && v.allowed)
+            .map(|((i, l), _)| (i.clone(), l.name.clone()))
+            .unzip();
+        if items.is_empty() {
+            return None;
+        }
+        Some(self.inner.slots.take(
+            store.clone(),
+            items,
+            names,
+            holder.to_owned(),
+            d.shard.clone(),
+            tier.clone(),
+        ))
     }
 
     /// `decision`, recorded unless it was a peek.

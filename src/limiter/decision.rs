@@ -130,6 +130,11 @@ pub struct Decision {
     /// request (the layer sets it; [`crate::Limiter::check`] does not know
     /// one).
     pub method: Option<http::Method>,
+    /// The in-flight slots the admitted request holds (none without
+    /// in-flight limits, when blocked, or when the failure policy admitted
+    /// without the store): given back when the last clone of this decision
+    /// (or of the slot, taken out with `Option::take`) is dropped.
+    pub slot: Option<super::Slot>,
 }
 
 impl Decision {

@@ -89,6 +89,7 @@ impl Limiter {
                     path: DecisionPath::Store,
                     route: None,
                     method: None,
+                    slot: None,
                 }
             }
             FailurePolicy::Local => {
@@ -97,8 +98,12 @@ impl Limiter {
                     items: &items,
                     ..*batch
                 };
-                let d = self.inner.local.decide(source.shard(), &local);
+                let (d, store) = self.inner.local.decide(source.shard(), &local);
+                // In-flight slots count in process too, and go back there.
+                let store: Arc<dyn Store> = Arc::new(store);
+                let slot = self.slot_for(&tier.name, &local, limits, &d, &store);
                 let mut decision = build(tier.name.clone(), limits, d, source, Some(&items));
+                decision.slot = slot;
                 decision.outcome = if decision.allowed {
                     Outcome::FallbackAllowed
                 } else {
@@ -140,10 +145,15 @@ impl LocalFallback {
         }
     }
 
-    /// Decides `batch` in the store standing in for `shard`.
-    pub(super) fn decide(&self, shard: &Arc<str>, batch: &Batch<'_>) -> StoreDecision {
+    /// Decides `batch` in the store standing in for `shard`, which it
+    /// returns (a clone sharing its counts) for in-flight releases.
+    pub(super) fn decide(
+        &self,
+        shard: &Arc<str>,
+        batch: &Batch<'_>,
+    ) -> (StoreDecision, MemoryStore) {
         if let Some(store) = self.stores.read().get(shard) {
-            return store.decide_now(batch);
+            return (store.decide_now(batch), store.clone());
         }
         let store = self
             .stores
@@ -156,7 +166,7 @@ impl LocalFallback {
                 store
             })
             .clone();
-        store.decide_now(batch)
+        (store.decide_now(batch), store)
     }
 
     fn forget_all(&self) {

@@ -300,7 +300,7 @@ impl Limiter {
                     items: &c.local,
                     ..*batch
                 };
-                let d = self.inner.local.decide(&shard, &local);
+                let (d, _) = self.inner.local.decide(&shard, &local);
                 Ok(reports(request, c, d, source, true))
             }
         }
@@ -445,5 +445,6 @@ pub fn group_decision(d: &GroupsDecision, tier: Arc<str>) -> Decision {
         path: DecisionPath::Store,
         route: None,
         method: None,
+        slot: None,
     }
 }

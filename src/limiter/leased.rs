@@ -87,6 +87,7 @@ fn hash_algorithm(a: &Algorithm, h: &mut impl Hasher) {
             capacity,
             max_delay_us,
         } => (rate_per_second.to_bits(), capacity, max_delay_us).hash(h),
+        Algorithm::Concurrency { limit, hold_us } => (limit, hold_us).hash(h),
     }
 }
 

@@ -35,6 +35,7 @@ mod record;
 mod reload;
 mod reserve;
 mod settle;
+mod slot;
 mod snapshot;
 mod store_metrics;
 
@@ -52,6 +53,7 @@ pub use meter::{Meter, Usage};
 pub use reload::{PolicyStatus, ReloadAttempt, ReloadError, ReloadOutcome};
 pub use reserve::Reservation;
 pub use settle::Settled;
+pub use slot::Slot;
 pub use snapshot::PolicySnapshot;
 
 use arc_swap::ArcSwap;
@@ -94,6 +96,8 @@ struct Inner {
     leases: leased::LeaseState,
     /// Stops the task following the policy file when the limiter goes.
     follower: follow::FollowerHandle,
+    /// In-flight slots held, for their renewals.
+    slots: Arc<slot::Slots>,
 }
 
 impl std::fmt::Debug for Limiter {
@@ -221,6 +225,7 @@ impl LimiterBuilder {
                 clock: self.clock,
                 breakers,
                 follower: follow::FollowerHandle::default(),
+                slots: Arc::default(),
             }),
         };
         follow::start(&limiter)?;

@@ -156,7 +156,9 @@ impl Limiter {
             .items
             .iter()
             .zip(&decision.limits)
-            .filter(|(_, l)| l.allowed)
+            // An in-flight slot is held and released, not spent: a
+            // settle has nothing to charge or give back there.
+            .filter(|(i, l)| l.allowed && !i.algorithm.is_concurrency())
             .map(|(i, _)| i.clone())
             .collect();
         Some(Reservation {

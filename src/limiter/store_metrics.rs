@@ -21,6 +21,10 @@ impl StoreObserver for StoreMetrics {
     fn evicted(&self, shard: &str, n: u64) {
         metrics::record_store_evictions(shard, n);
     }
+
+    fn holders_expired(&self, shard: &str, n: u64) {
+        crate::telemetry::inflight::expired(shard, n);
+    }
 }
 
 /// Sets `ratewatch_breaker_state` (and the fleet view's breaker column). A

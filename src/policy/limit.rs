@@ -163,6 +163,33 @@ impl Limit {
         )
     }
 
+    /// An in-flight limit: at most `limit` requests at once, each holding a
+    /// slot until its response body ends or it is dropped, with the default
+    /// hold timeout ([`DEFAULT_HOLD_US`](crate::algorithm::DEFAULT_HOLD_US)).
+    pub fn concurrency(name: impl Into<String>, limit: u64) -> Self {
+        Self::concurrency_held(
+            name,
+            limit,
+            std::time::Duration::from_micros(crate::algorithm::DEFAULT_HOLD_US),
+        )
+    }
+
+    /// [`Limit::concurrency`] whose slots come back `hold_timeout` after
+    /// their holder stopped renewing them (a crashed process).
+    pub fn concurrency_held(
+        name: impl Into<String>,
+        limit: u64,
+        hold_timeout: std::time::Duration,
+    ) -> Self {
+        Self::new(
+            name,
+            Algorithm::Concurrency {
+                limit,
+                hold_us: micros(hold_timeout),
+            },
+        )
+    }
+
     /// `limit` units per minute as a sliding window.
     pub fn per_minute(name: impl Into<String>, limit: u64) -> Self {
         Self::sliding_window(name, limit, std::time::Duration::from_secs(60))

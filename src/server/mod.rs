@@ -8,6 +8,7 @@
 
 mod client_logs;
 mod demo;
+mod slow;
 
 use std::net::SocketAddr;
 
@@ -16,11 +17,13 @@ use axum::routing::{get, post};
 
 pub use client_logs::{CLIENT_LOG_EVERY, ClientLogGate};
 pub use demo::spawn_demo_traffic;
+pub use slow::MAX_SLOW_MS;
 
 use crate::Limiter;
 
 /// The server's router: `GET /api/users`, `POST /api/data`,
-/// `POST /api/export` behind the limiter; `GET /api/ratelimit/status`
+/// `POST /api/export`, `GET /api/slow?ms=N` (answers after N ms, N at
+/// most 10,000; `&stream=true` streams) behind the limiter; `GET /api/ratelimit/status`
 /// (reports quota without consuming), `GET /health` (never limited);
 /// `POST /json` and `POST /v1/decide` (loopback or `[rls] token` only).
 pub fn app(limiter: Limiter) -> Router {
@@ -28,6 +31,7 @@ pub fn app(limiter: Limiter) -> Router {
         .route("/api/users", get(demo::users))
         .route("/api/data", post(demo::data))
         .route("/api/export", post(demo::export))
+        .route("/api/slow", get(slow::slow))
         .layer(limiter.layer());
     let router = Router::new()
         .merge(api)

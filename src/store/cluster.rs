@@ -280,7 +280,50 @@ impl ClusterStore {
             .await
             .map_err(|_| StoreError::Timeout.on_shard(shard.clone()))?
             .map_err(|e| e.on_shard(shard.clone()))?;
-        script::parse_reply(&value, items.len()).map_err(|e| e.on_shard(shard))
+        let reply =
+            script::parse_reply(&value, items.len()).map_err(|e| e.on_shard(shard.clone()))?;
+        self.reloads.holders_expired(&shard, reply.expired);
+        Ok(reply)
+    }
+
+    /// Releases (`renew` false) or renews `holder`'s slots on `items`, one
+    /// script call per slot, in parallel; the sum of their counts.
+    async fn holders(&self, items: &[Item], holder: &str, renew: bool) -> Result<u64, StoreError> {
+        let mut groups: Vec<(u16, Vec<&Item>)> = Vec::new();
+        for item in items {
+            let slot = slot_of(&item.key);
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, g)) => g.push(item),
+                None => groups.push((slot, vec![item])),
+            }
+        }
+        let calls = groups.iter().map(|(_, group)| async move {
+            let shard = self.shard_for(&group[0].key);
+            let (script, cmd) = if renew {
+                (
+                    &self.scripts.renew,
+                    script::renew_cmd(&self.scripts, group, holder),
+                )
+            } else {
+                (
+                    &self.scripts.release,
+                    script::release_cmd(&self.scripts, group, holder),
+                )
+            };
+            let conn = self.conn.read().clone();
+            let mut conn = conn;
+            script::eval_count(&mut conn, script, &cmd, &self.reloads, &shard)
+                .await
+                .map_err(|e| e.on_shard(shard))
+        });
+        let mut total = 0;
+        for r in tokio::time::timeout(self.timeout, join_all(calls))
+            .await
+            .map_err(|_| StoreError::Timeout)?
+        {
+            total += r?;
+        }
+        Ok(total)
     }
 
     async fn refund(
@@ -342,6 +385,23 @@ impl ClusterStore {
                 // turn a decision the store blocked into a fallback.
                 if let Err(e) = r {
                     tracing::warn!(error = %e, "refund after a blocked request failed; the admitted limits stay charged");
+                }
+            }
+            // In-flight slots the admitted groups took go back too (a slot
+            // not given back expires after its hold timeout).
+            if let Some(holder) = batch.holder {
+                let taken: Vec<Item> = grouped
+                    .iter()
+                    .zip(&replies)
+                    .filter(|(_, r)| r.as_ref().is_ok_and(|r| r.allowed))
+                    .flat_map(|(items, _)| items.iter())
+                    .filter(|i| i.algorithm.is_concurrency())
+                    .map(|i| (*i).clone())
+                    .collect();
+                if !taken.is_empty()
+                    && let Err(e) = self.holders(&taken, holder, false).await
+                {
+                    tracing::warn!(error = %e, "in-flight release after a blocked request failed; the slots expire after their hold timeout");
                 }
             }
         }
@@ -496,6 +556,14 @@ impl Store for ClusterStore {
         tokio::time::timeout(self.timeout, self.run(batch))
             .await
             .map_err(|_| StoreError::Timeout)?
+    }
+
+    async fn release(&self, items: &[Item], holder: &str) -> Result<(), StoreError> {
+        self.holders(items, holder, false).await.map(|_| ())
+    }
+
+    async fn renew(&self, items: &[Item], holder: &str) -> Result<u64, StoreError> {
+        self.holders(items, holder, true).await
     }
 
     fn leases(&self) -> bool {

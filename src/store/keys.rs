@@ -315,6 +315,7 @@ pub fn algorithm_code(algorithm: &Algorithm) -> &'static str {
         Algorithm::FixedWindow { .. } => "fw",
         Algorithm::Gcra { .. } => "gc",
         Algorithm::LeakyBucket { .. } => "lb",
+        Algorithm::Concurrency { .. } => "cc",
     }
 }
 

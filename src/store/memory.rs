@@ -28,7 +28,7 @@ use parking_lot::{Mutex, MutexGuard, RwLock};
 use smallvec::SmallVec;
 
 use super::{Batch, Store, StoreDecision, StoreError, StoreObserver, all_enforced_allow, uncharge};
-use crate::algorithm::{State, Step};
+use crate::algorithm::{State, Step, concurrency};
 use crate::clock::{Clock, MICROS_PER_SEC, Micros, SystemClock};
 use crate::policy::DEFAULT_MAX_ENTRIES;
 
@@ -330,10 +330,17 @@ impl MemoryStore {
         };
 
         let mut steps: Few<Step> = Few::with_capacity(batch.items.len());
+        let mut expired = 0;
         for (item, &(shard, key)) in batch.items.iter().zip(&located) {
             let g = guard(&guards, shard);
             let state = guards[g].1.live(key, now);
-            steps.push(item.algorithm.decide(state, now, batch.cost_of(item)));
+            let step = item
+                .algorithm
+                .decide_as(state, now, batch.cost_of(item), batch.holder);
+            if item.algorithm.is_concurrency() && step.state.is_some() {
+                expired += concurrency::expired(state, now);
+            }
+            steps.push(step);
         }
         let mut verdicts: Vec<_> = steps.iter().map(|s| s.verdict).collect();
         let allowed = all_enforced_allow(batch.items, &verdicts);
@@ -372,6 +379,9 @@ impl MemoryStore {
         }
         drop(guards);
         self.report_evictions(evicted);
+        if allowed && !batch.peek {
+            self.report_expired(expired);
+        }
         StoreDecision {
             allowed,
             verdicts,
@@ -392,7 +402,13 @@ impl MemoryStore {
         if now >= g.swept_at.saturating_add(SWEEP_INTERVAL_US) {
             g.sweep(now);
         }
-        let step = item.algorithm.decide(g.live(key, now), now, cost);
+        let state = g.live(key, now);
+        let expired = if item.algorithm.is_concurrency() {
+            concurrency::expired(state, now)
+        } else {
+            0
+        };
+        let step = item.algorithm.decide_as(state, now, cost, batch.holder);
         let mut verdicts = vec![step.verdict];
         let allowed = item.shadow || step.verdict.allowed;
         let mut evicted = 0;
@@ -402,11 +418,12 @@ impl MemoryStore {
                     evicted += g.make_room(1, now);
                 }
                 g.put(key, state, now + step.ttl_us.max(1), now);
+                drop(g);
+                self.report_expired(expired);
             }
         } else if !allowed {
             uncharge(std::slice::from_ref(item), &mut verdicts, cost);
         }
-        drop(g);
         self.report_evictions(evicted);
         StoreDecision {
             allowed,
@@ -453,6 +470,45 @@ impl MemoryStore {
         self.report_evictions(evicted);
     }
 
+    fn report_expired(&self, n: u64) {
+        if n > 0
+            && let Some(o) = self.observer.read().as_ref()
+        {
+            o.holders_expired(&self.shard_label, n);
+        }
+    }
+
+    /// Applies `change` to the in-flight state of each of `items`, writing
+    /// what it returns with a TTL of a hold timeout past the state's latest
+    /// deadline (as a decision writes it). Returns
+    /// how many items `change` left alone (no such holder).
+    fn change_holders(
+        &self,
+        items: &[super::Item],
+        change: impl Fn(Option<&State>, Micros, u64) -> Option<State>,
+    ) -> u64 {
+        let now = self.clock.now_us();
+        let mut untouched = 0;
+        for item in items {
+            let crate::algorithm::Algorithm::Concurrency { hold_us, .. } = item.algorithm else {
+                continue;
+            };
+            let (shard, key) = self.locate(&item.key);
+            let mut g = self.shards[shard].lock();
+            match change(g.live(key, now), now, hold_us) {
+                Some(state) => {
+                    let last = match &state {
+                        State::Holders(h) => h.iter().map(|(_, d)| *d).max().unwrap_or(now),
+                        _ => now,
+                    };
+                    g.put(key, state, last.max(now) + hold_us, now);
+                }
+                None => untouched += 1,
+            }
+        }
+        untouched
+    }
+
     fn report_evictions(&self, evicted: u64) {
         if evicted > 0 {
             self.evictions.fetch_add(evicted, Ordering::Relaxed);
@@ -474,6 +530,22 @@ impl Store for MemoryStore {
 
     fn decide_sync(&self, batch: &Batch<'_>) -> Option<Result<StoreDecision, StoreError>> {
         Some(Ok(self.decide_now(batch)))
+    }
+
+    async fn release(&self, items: &[super::Item], holder: &str) -> Result<(), StoreError> {
+        self.change_holders(items, |s, _, _| concurrency::release(s, holder));
+        Ok(())
+    }
+
+    fn release_sync(&self, items: &[super::Item], holder: &str) -> Option<Result<(), StoreError>> {
+        self.change_holders(items, |s, _, _| concurrency::release(s, holder));
+        Some(Ok(()))
+    }
+
+    async fn renew(&self, items: &[super::Item], holder: &str) -> Result<u64, StoreError> {
+        Ok(self.change_holders(items, |s, now, hold| {
+            concurrency::renew(s, holder, now, hold)
+        }))
     }
 
     fn shard_for(&self, _key: &str) -> Arc<str> {

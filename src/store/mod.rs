@@ -104,6 +104,10 @@ pub struct Batch<'a> {
     pub peek: bool,
     /// Decide at this time instead of the store's clock (tests).
     pub now: Option<Micros>,
+    /// The id in-flight limits hold their slot under when the request is
+    /// admitted (unique per request and process, see [`holder_id`]);
+    /// without one an in-flight limit is checked and nothing is taken.
+    pub holder: Option<&'a str>,
 }
 
 impl<'a> Batch<'a> {
@@ -114,6 +118,7 @@ impl<'a> Batch<'a> {
             cost,
             peek: false,
             now: None,
+            holder: None,
         }
     }
 
@@ -124,7 +129,15 @@ impl<'a> Batch<'a> {
             cost: 0,
             peek: true,
             now: None,
+            holder: None,
         }
+    }
+
+    /// Takes the in-flight slots of the batch as `holder` (see
+    /// [`holder_id`]): released with [`Store::release`].
+    pub fn holding(mut self, holder: &'a str) -> Self {
+        self.holder = Some(holder);
+        self
     }
 
     /// Decides at `now` rather than on the store's clock.
@@ -265,6 +278,29 @@ pub trait Store: Send + Sync + 'static {
         )))
     }
 
+    /// Gives back the in-flight slots `holder` holds on `items` (the
+    /// in-flight items of the decision that took them). Idempotent: a slot
+    /// already gone (released, expired) is no error.
+    async fn release(&self, items: &[Item], holder: &str) -> Result<(), StoreError> {
+        let _ = (items, holder);
+        Ok(())
+    }
+
+    /// [`Store::release`] here and now, if this store never waits (the
+    /// memory store); `None` (the default) sends it to [`Store::release`].
+    fn release_sync(&self, items: &[Item], holder: &str) -> Option<Result<(), StoreError>> {
+        let _ = (items, holder);
+        None
+    }
+
+    /// Pushes the deadline of `holder`'s slots on `items` to a full hold
+    /// timeout from now (on the store's clock). Returns how many of them
+    /// were already gone (expired or released): those are not taken again.
+    async fn renew(&self, items: &[Item], holder: &str) -> Result<u64, StoreError> {
+        let _ = (items, holder);
+        Ok(0)
+    }
+
     /// Keys and memory per shard now, for the `ratewatch_store_*` gauges.
     /// Called off the request path; a shard that cannot answer is left
     /// out. The default knows nothing.
@@ -294,6 +330,24 @@ pub trait StoreObserver: Send + Sync + 'static {
     fn evicted(&self, shard: &str, n: u64) {
         let _ = (shard, n);
     }
+
+    /// `n` in-flight holders of `shard` were dropped past their deadline
+    /// (a holder that neither released nor renewed: a crashed process).
+    fn holders_expired(&self, shard: &str, n: u64) {
+        let _ = (shard, n);
+    }
+}
+
+/// A new holder id for the in-flight slots of one request: a random
+/// per-process part and a counter, so ids never repeat across processes
+/// and never carry anything of the caller (no key, no identity).
+pub fn holder_id() -> String {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PROCESS: OnceLock<u64> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let process = *PROCESS.get_or_init(rand::random::<u64>);
+    format!("{process:016x}:{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// Opens the store `settings` names. A Redis that is down does not fail

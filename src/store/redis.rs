@@ -209,6 +209,7 @@ impl RedisStore {
         } else {
             script::parse_verdicts(&value, items.len())?
         };
+        self.reloads.holders_expired(&self.shard, reply.expired);
         let (allowed, now) = (reply.allowed, reply.now);
         // The reply is kept whole only as a lease's receipt.
         let (mut verdicts, kept) = if receipt && allowed {
@@ -228,6 +229,33 @@ impl RedisStore {
         };
         let charge = kept.map(Charge::new);
         Ok((decision, charge))
+    }
+
+    /// Runs the release (`renew` false) or renewal script for `holder` on
+    /// `items`, within the decision budget; its count.
+    pub(crate) async fn holders(
+        &self,
+        items: &[Item],
+        holder: &str,
+        renew: bool,
+    ) -> Result<u64, StoreError> {
+        let refs: Vec<&Item> = items.iter().collect();
+        let (script, cmd) = if renew {
+            (
+                &self.scripts.renew,
+                script::renew_cmd(&self.scripts, &refs, holder),
+            )
+        } else {
+            (
+                &self.scripts.release,
+                script::release_cmd(&self.scripts, &refs, holder),
+            )
+        };
+        let mut conn = self.conn.read().clone();
+        let call = script::eval_count(&mut conn, script, &cmd, &self.reloads, &self.shard);
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .map_err(|_| StoreError::Timeout)?
     }
 
     /// Runs the refund script for `units` of `charge`.
@@ -320,6 +348,20 @@ impl Store for RedisStore {
             .map_err(|_| StoreError::Timeout)?
             .map_err(script::classify)?;
         Ok(())
+    }
+
+    async fn release(&self, items: &[Item], holder: &str) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        self.holders(items, holder, false).await.map(|_| ())
+    }
+
+    async fn renew(&self, items: &[Item], holder: &str) -> Result<u64, StoreError> {
+        if items.is_empty() {
+            return Ok(0);
+        }
+        self.holders(items, holder, true).await
     }
 
     fn probes(&self) -> bool {

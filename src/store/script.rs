@@ -32,6 +32,7 @@ macro_rules! with_algorithms {
             include_str!("../../lua/fixed_window.lua"),
             include_str!("../../lua/gcra.lua"),
             include_str!("../../lua/leaky_bucket.lua"),
+            include_str!("../../lua/concurrency.lua"),
             include_str!($main),
         )
     };
@@ -50,12 +51,21 @@ pub const SETTLE_LUA: &str = concat!(
     include_str!("../../lua/common.lua"),
     include_str!("../../lua/settle.lua"),
 );
+/// The source of the release script (`lua/release.lua`): gives back one
+/// request's in-flight slots.
+pub const RELEASE_LUA: &str = include_str!("../../lua/release.lua");
+
+/// The source of the renewal script (`lua/renew.lua`): pushes one
+/// request's in-flight deadlines on.
+pub const RENEW_LUA: &str = include_str!("../../lua/renew.lua");
 
 /// The scripts, their SHA1 computed once.
 pub(crate) struct Scripts {
     pub(crate) decide: redis::Script,
     pub(crate) refund: redis::Script,
     pub(crate) settle: redis::Script,
+    pub(crate) release: redis::Script,
+    pub(crate) renew: redis::Script,
 }
 
 impl Scripts {
@@ -64,6 +74,8 @@ impl Scripts {
             decide: redis::Script::new(DECIDE_LUA),
             refund: redis::Script::new(REFUND_LUA),
             settle: redis::Script::new(SETTLE_LUA),
+            release: redis::Script::new(RELEASE_LUA),
+            renew: redis::Script::new(RENEW_LUA),
         }
     }
 }
@@ -97,6 +109,60 @@ pub(crate) fn settle_cmd(scripts: &Scripts, settle: &super::Settle<'_>, items: &
     cmd
 }
 
+/// `EVALSHA` of the release script for `holder`'s slots on `items` (one
+/// slot).
+pub(crate) fn release_cmd(scripts: &Scripts, items: &[&Item], holder: &str) -> Cmd {
+    let mut cmd = evalsha(
+        4 + items.len(),
+        64 + items.iter().map(|i| i.key.len()).sum::<usize>(),
+    );
+    cmd.arg(scripts.release.get_hash()).arg(items.len());
+    for item in items {
+        cmd.arg(&item.key);
+    }
+    cmd.arg(holder);
+    cmd
+}
+
+/// `EVALSHA` of the renewal script for `holder`'s slots on `items` (one
+/// slot), on the server's clock.
+pub(crate) fn renew_cmd(scripts: &Scripts, items: &[&Item], holder: &str) -> Cmd {
+    let mut cmd = evalsha(
+        5 + 2 * items.len(),
+        80 + items.iter().map(|i| i.key.len() + 16).sum::<usize>(),
+    );
+    cmd.arg(scripts.renew.get_hash()).arg(items.len());
+    for item in items {
+        cmd.arg(&item.key);
+    }
+    cmd.arg(holder).arg("");
+    for item in items {
+        let hold = match item.algorithm {
+            Algorithm::Concurrency { hold_us, .. } => hold_us,
+            _ => 0,
+        };
+        cmd.arg(hold);
+    }
+    cmd
+}
+
+/// Runs `cmd` of `script` (release or renew) and reads its integer reply.
+pub(crate) async fn eval_count<C>(
+    conn: &mut C,
+    script: &redis::Script,
+    cmd: &Cmd,
+    reloads: &ReloadCounter,
+    shard: &Arc<str>,
+) -> Result<u64, StoreError>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    let value = eval(conn, script, cmd, reloads, shard)
+        .await
+        .map_err(classify)?;
+    int(&value)
+}
+
 /// Script reloads after `NOSCRIPT`, per shard, told to the store's
 /// observer as they happen (telemetry counts them as
 /// `ratewatch_script_reloads_total{shard}`).
@@ -128,6 +194,16 @@ impl ReloadCounter {
     /// Tells `observer` of every reload from now on.
     pub(crate) fn observe(&self, observer: Arc<dyn StoreObserver>) {
         *self.observer.write() = Some(observer);
+    }
+
+    /// Tells the observer that `n` expired in-flight holders were dropped
+    /// on `shard`.
+    pub(crate) fn holders_expired(&self, shard: &str, n: u64) {
+        if n > 0
+            && let Some(o) = self.observer.read().as_ref()
+        {
+            o.holders_expired(shard, n);
+        }
     }
 }
 
@@ -163,6 +239,8 @@ fn params(algorithm: &Algorithm) -> [Param; 3] {
             Int(capacity),
             Int(max_delay_us),
         ],
+        // The third parameter, the holder id, is the batch's (decide_cmd).
+        Algorithm::Concurrency { limit, hold_us } => [Int(limit), Int(hold_us), Int(0)],
     }
 }
 
@@ -221,7 +299,11 @@ pub(crate) fn decide_cmd(scripts: &Scripts, batch: &Batch<'_>, items: &[&Item]) 
     for item in items {
         cmd.arg(item.algorithm.kind())
             .arg(if item.shadow { "1" } else { "0" });
-        push_params(&mut cmd, &item.algorithm);
+        if let Algorithm::Concurrency { limit, hold_us } = item.algorithm {
+            cmd.arg(limit).arg(hold_us).arg(batch.holder.unwrap_or(""));
+        } else {
+            push_params(&mut cmd, &item.algorithm);
+        }
     }
     if per_item {
         for item in items {
@@ -241,7 +323,10 @@ pub(crate) fn refund_cmd(
 ) -> Option<Cmd> {
     // A peek, or a limit checked at cost 0, charged nothing to give back.
     let written: Vec<usize> = (0..items.len())
-        .filter(|&i| reply.written[i] && cost_of(items[i]) > 0)
+        // In-flight slots are given back by the release script instead.
+        .filter(|&i| {
+            reply.written[i] && cost_of(items[i]) > 0 && !items[i].algorithm.is_concurrency()
+        })
         .collect();
     if written.is_empty() {
         return None;
@@ -291,6 +376,8 @@ pub(crate) struct GroupReply {
     pub(crate) window_start: Vec<u64>,
     /// Sliding-log members added.
     pub(crate) members: Vec<Vec<String>>,
+    /// Expired in-flight holders the call dropped.
+    pub(crate) expired: u64,
 }
 
 fn protocol(what: &str) -> StoreError {
@@ -373,6 +460,7 @@ fn parse(value: &Value, n: usize, receipt: bool) -> Result<GroupReply, StoreErro
         written: Vec::with_capacity(room),
         window_start: Vec::with_capacity(room),
         members: Vec::with_capacity(room),
+        expired: 0,
     };
     let mut rest = rest;
     for _ in 0..n {
@@ -390,6 +478,10 @@ fn parse(value: &Value, n: usize, receipt: bool) -> Result<GroupReply, StoreErro
             }
             (2, [s, tail @ ..]) => {
                 start = int(s)?;
+                tail
+            }
+            (4, [e, tail @ ..]) => {
+                reply.expired += int(e)?;
                 tail
             }
             (3, [m, tail @ ..]) => {

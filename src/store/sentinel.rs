@@ -267,6 +267,20 @@ impl Store for SentinelStore {
         settled
     }
 
+    async fn release(&self, items: &[super::Item], holder: &str) -> Result<(), StoreError> {
+        match self.current() {
+            Some(master) => master.release(items, holder).await,
+            None => Err(StoreError::Unavailable("no master known".into())),
+        }
+    }
+
+    async fn renew(&self, items: &[super::Item], holder: &str) -> Result<u64, StoreError> {
+        match self.current() {
+            Some(master) => master.renew(items, holder).await,
+            None => Err(StoreError::Unavailable("no master known".into())),
+        }
+    }
+
     fn shard_for(&self, _key: &str) -> Arc<str> {
         self.master_shard()
             .unwrap_or_else(|| self.inner.unknown.clone())

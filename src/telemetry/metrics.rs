@@ -410,6 +410,7 @@ pub fn register_at_zero(policy: &Policy) {
     super::cost::register_at_zero(policy);
     super::rls::register_policy(policy);
     let shards = configured_shards(policy);
+    super::inflight::register_at_zero(policy, &shards);
     register_store_usage_at_zero(&shards);
     let redis_shards: Vec<&String> = shards.iter().filter(|s| *s != "memory").collect();
     let mut policies: Vec<FailurePolicy> = vec![policy.resilience.on_store_failure];

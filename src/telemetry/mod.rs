@@ -42,6 +42,7 @@ pub mod cost;
 mod counters;
 mod event;
 mod fleet;
+pub mod inflight;
 pub mod lease;
 mod memory_view;
 pub mod metrics;

@@ -6,7 +6,7 @@ use crate::algorithm::Algorithm;
 use crate::policy::{LeaseMode, Limit, RouteRule, Scope, Tier};
 
 /// Each algorithm's config name and the parameters it takes.
-const ALGORITHMS: [(&str, &[&str]); 6] = [
+const ALGORITHMS: [(&str, &[&str]); 7] = [
     ("token_bucket", &["capacity", "refill_per_second"]),
     ("sliding_window", &["limit", "window"]),
     ("sliding_log", &["limit", "window"]),
@@ -16,13 +16,14 @@ const ALGORITHMS: [(&str, &[&str]); 6] = [
         "leaky_bucket",
         &["rate_per_second", "capacity", "max_delay"],
     ),
+    ("concurrency", &["limit", "hold_timeout"]),
 ];
 
 /// Keys every limit may have, whatever its algorithm.
 const COMMON: [&str; 5] = ["name", "algorithm", "shadow", "scope", "mode"];
 
 /// Every key some limit may have.
-const ANY_LIMIT_KEY: [&str; 12] = [
+const ANY_LIMIT_KEY: [&str; 13] = [
     "name",
     "algorithm",
     "shadow",
@@ -35,6 +36,7 @@ const ANY_LIMIT_KEY: [&str; 12] = [
     "rate_per_second",
     "burst",
     "max_delay",
+    "hold_timeout",
 ];
 
 pub(super) fn tier(t: &Table<'_>) -> Result<Tier> {
@@ -183,6 +185,13 @@ fn limit(t: &Table<'_>) -> Result<Limit> {
         "gcra" => Algorithm::Gcra {
             rate_per_second: rate("rate_per_second")?,
             burst: count("burst")?,
+        },
+        "concurrency" => Algorithm::Concurrency {
+            limit: count("limit")?,
+            hold_us: match t.get("hold_timeout") {
+                Some(v) => v.as_duration(false)?.as_micros() as u64,
+                None => crate::algorithm::DEFAULT_HOLD_US,
+            },
         },
         _ => Algorithm::LeakyBucket {
             rate_per_second: rate("rate_per_second")?,

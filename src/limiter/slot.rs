@@ -1,0 +1,244 @@
+//! In-flight slots a request holds, and the renewals that keep them.
+//!
+//! An admitted request with in-flight limits holds its slots as a
+//! [`Slot`] inside its [`Decision`](super::Decision). The slots go back
+//! when the last clone of it is dropped: the layer keeps it in the
+//! response body until the body ends, so a streamed body holds its slot to
+//! the end, and a request or response dropped on the way (a client that
+//! went away) gives it back at once.
+//!
+//! A release never blocks a drop: the memory store gives the slot back in
+//! process (a map update under a short lock, no I/O); any other store is
+//! asked from a spawned task. A release the store does not take (Redis
+//! down) is counted and the slot comes back after its hold timeout.
+//!
+//! While a slot is held, one task per limiter looks every [`TICK`] for
+//! holders due for renewal (a third of their hold timeout after they were
+//! taken or last renewed) and renews them, one store call per holder (per
+//! slot on a cluster), all due ones at once. A failed renewal is counted
+//! (`ratewatch_inflight_renewals_failed_total`) and logged once until
+//! renewals succeed again, not once per request.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::algorithm::Algorithm;
+use crate::store::{Item, Store};
+use crate::telemetry::inflight;
+
+/// How often the renewal task looks for holders due. A third of the
+/// shortest hold timeout (1 s) is 333 ms, so a holder is renewed at most
+/// `TICK` late, well before its deadline.
+const TICK: Duration = Duration::from_millis(100);
+
+/// The in-flight slots one admitted request holds. Cheap to clone; the
+/// slots go back to the store when the last clone is dropped.
+#[derive(Clone)]
+pub struct Slot {
+    held: Arc<Held>,
+}
+
+impl Slot {
+    /// The names of the in-flight limits this slot holds a place in.
+    pub fn limits(&self) -> &[Arc<str>] {
+        &self.held.limits
+    }
+}
+
+impl PartialEq for Slot {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.held, &other.held)
+    }
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("limits", &self.held.limits)
+            .finish()
+    }
+}
+
+struct Held {
+    store: Arc<dyn Store>,
+    items: Vec<Item>,
+    holder: String,
+    shard: Arc<str>,
+    tier: Arc<str>,
+    limits: Vec<Arc<str>>,
+    book: Weak<Slots>,
+    runtime: Option<tokio::runtime::Handle>,
+    /// When this holder is next due for renewal.
+    due: Mutex<tokio::time::Instant>,
+}
+
+impl Held {
+    fn hold(&self) -> Duration {
+        let us = self
+            .items
+            .iter()
+            .filter_map(|i| match i.algorithm {
+                Algorithm::Concurrency { hold_us, .. } => Some(hold_us),
+                _ => None,
+            })
+            .min()
+            .unwrap_or(crate::algorithm::DEFAULT_HOLD_US);
+        Duration::from_micros(us)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        for l in &self.limits {
+            inflight::slots(&self.tier, l, -1.0);
+        }
+        if let Some(book) = self.book.upgrade() {
+            book.held.lock().remove(&self.holder);
+        }
+        let items = std::mem::take(&mut self.items);
+        let holder = std::mem::take(&mut self.holder);
+        if let Some(done) = self.store.release_sync(&items, &holder) {
+            if done.is_err() {
+                inflight::release_failed(&self.shard);
+            }
+            return;
+        }
+        let Some(rt) = self.runtime.take() else {
+            // No runtime to ask the store from: the slot comes back after
+            // its hold timeout.
+            inflight::release_failed(&self.shard);
+            return;
+        };
+        let store = self.store.clone();
+        let shard = self.shard.clone();
+        rt.spawn(async move {
+            if let Err(e) = store.release(&items, &holder).await {
+                inflight::release_failed(&shard);
+                tracing::debug!(%shard, error = %e, "in-flight release failed; the slot comes back after its hold timeout");
+            }
+        });
+    }
+}
+
+/// Every slot this limiter holds, for the renewals.
+#[derive(Default)]
+pub(super) struct Slots {
+    held: Mutex<HashMap<String, Weak<Held>>>,
+    renewing: AtomicBool,
+    warned: AtomicBool,
+}
+
+impl Slots {
+    /// A [`Slot`] for `holder`'s place in `items` (the in-flight items the
+    /// decision took) on `store`, renewed from now on.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn take(
+        self: &Arc<Self>,
+        store: Arc<dyn Store>,
+        items: Vec<Item>,
+        limits: Vec<Arc<str>>,
+        holder: String,
+        shard: Arc<str>,
+        tier: Arc<str>,
+    ) -> Slot {
+        for l in &limits {
+            inflight::slots(&tier, l, 1.0);
+        }
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        let mut held = Held {
+            store,
+            items,
+            holder,
+            shard,
+            tier,
+            limits,
+            book: Arc::downgrade(self),
+            runtime: runtime.clone(),
+            due: Mutex::new(tokio::time::Instant::now()),
+        };
+        let third = held.hold() / 3;
+        *held.due.get_mut() += third;
+        let held = Arc::new(held);
+        self.held
+            .lock()
+            .insert(held.holder.clone(), Arc::downgrade(&held));
+        if let Some(rt) = runtime
+            && !self.renewing.swap(true, Ordering::AcqRel)
+        {
+            rt.spawn(renew_forever(Arc::downgrade(self)));
+        }
+        Slot { held }
+    }
+
+    /// Slots due for renewal now; each is due again a third of its hold
+    /// timeout later.
+    fn due(&self) -> Vec<Arc<Held>> {
+        let now = tokio::time::Instant::now();
+        let held: Vec<Arc<Held>> = self
+            .held
+            .lock()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        held.into_iter()
+            .filter(|h| {
+                let mut due = h.due.lock();
+                if *due > now {
+                    return false;
+                }
+                *due = now + h.hold() / 3;
+                true
+            })
+            .collect()
+    }
+
+    /// Renews every slot due.
+    async fn renew_due(&self) {
+        let held = self.due();
+        if held.is_empty() {
+            return;
+        }
+        let renewals = held.iter().map(|h| async move {
+            let failed = match h.store.renew(&h.items, &h.holder).await {
+                Ok(gone) => gone,
+                Err(e) => {
+                    tracing::debug!(shard = %h.shard, error = %e, "in-flight renewal failed");
+                    h.items.len() as u64
+                }
+            };
+            if failed > 0 {
+                inflight::renewals_failed(&h.shard, failed);
+            }
+            failed
+        });
+        let failed: u64 = futures_util::future::join_all(renewals)
+            .await
+            .into_iter()
+            .sum();
+        if failed == 0 {
+            self.warned.store(false, Ordering::Release);
+        } else if !self.warned.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                failed,
+                "in-flight renewals failed; slots not renewed come back after their hold timeout (logged once until renewals succeed again)"
+            );
+        }
+    }
+}
+
+/// Renews the slots of `slots` until the limiter is gone.
+async fn renew_forever(slots: Weak<Slots>) {
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(slots) = slots.upgrade() else {
+            return;
+        };
+        slots.renew_due().await;
+    }
+}

@@ -1,0 +1,87 @@
+//! In-flight limit metrics: slots held, holders that expired, renewals and
+//! releases that failed. Labels are bounded: tier and limit names come
+//! from the policy, shards are `memory` or a Redis `host:port`; no label
+//! names a holder, key or identity. Every family exists at zero from
+//! start-up for every in-flight limit and configured shard
+//! ([`register_at_zero`]).
+
+use metrics::{counter, describe_counter, describe_gauge, gauge};
+
+use super::metrics::{LABEL_LIMIT, LABEL_SHARD, LABEL_TIER};
+use crate::policy::Policy;
+
+/// Slots this instance holds now: gauge {tier, limit}. Summed over the
+/// fleet it is what the store counts (less holders that crashed and have
+/// not expired yet).
+pub const INFLIGHT_SLOTS: &str = "ratewatch_inflight_slots";
+/// Holders dropped past their deadline (a holder that neither released nor
+/// renewed: a crashed process): counter {shard}.
+pub const INFLIGHT_EXPIRED_TOTAL: &str = "ratewatch_inflight_expired_holders_total";
+/// Renewals that failed: the store could not be asked, or the holder was
+/// already gone (its slot may have gone to another request): counter
+/// {shard}.
+pub const INFLIGHT_RENEWALS_FAILED_TOTAL: &str = "ratewatch_inflight_renewals_failed_total";
+/// Releases the store did not take (down, timed out): the slot comes back
+/// after its hold timeout instead: counter {shard}.
+pub const INFLIGHT_RELEASES_FAILED_TOTAL: &str = "ratewatch_inflight_releases_failed_total";
+
+/// Describes the in-flight families to the current recorder.
+pub fn describe() {
+    describe_gauge!(
+        INFLIGHT_SLOTS,
+        "In-flight slots this instance holds, by tier and limit."
+    );
+    describe_counter!(
+        INFLIGHT_EXPIRED_TOTAL,
+        "In-flight holders dropped past their hold timeout (never released nor renewed), by shard."
+    );
+    describe_counter!(
+        INFLIGHT_RENEWALS_FAILED_TOTAL,
+        "In-flight renewals that failed (store error, or the holder was already gone), by shard."
+    );
+    describe_counter!(
+        INFLIGHT_RELEASES_FAILED_TOTAL,
+        "In-flight releases the store did not take (the slot expires after its hold timeout), by shard."
+    );
+}
+
+/// Makes every in-flight family exist at zero: the slots gauge for every
+/// in-flight limit of the policy, the counters for every shard.
+pub fn register_at_zero(policy: &Policy, shards: &[String]) {
+    describe();
+    for tier in &policy.tiers {
+        let route_limits = policy.routes.iter().flat_map(|r| r.limits.iter());
+        for limit in tier.limits.iter().chain(route_limits) {
+            if limit.algorithm.is_concurrency() {
+                gauge!(INFLIGHT_SLOTS, LABEL_TIER => tier.name.clone(), LABEL_LIMIT => limit.name.clone())
+                    .increment(0.0);
+            }
+        }
+    }
+    for shard in shards {
+        counter!(INFLIGHT_EXPIRED_TOTAL, LABEL_SHARD => shard.clone()).increment(0);
+        counter!(INFLIGHT_RENEWALS_FAILED_TOTAL, LABEL_SHARD => shard.clone()).increment(0);
+        counter!(INFLIGHT_RELEASES_FAILED_TOTAL, LABEL_SHARD => shard.clone()).increment(0);
+    }
+}
+
+/// `delta` slots taken (+) or given back (-) under `tier`'s `limit`.
+pub(crate) fn slots(tier: &str, limit: &str, delta: f64) {
+    gauge!(INFLIGHT_SLOTS, LABEL_TIER => tier.to_owned(), LABEL_LIMIT => limit.to_owned())
+        .increment(delta);
+}
+
+/// `n` expired holders dropped on `shard`.
+pub(crate) fn expired(shard: &str, n: u64) {
+    counter!(INFLIGHT_EXPIRED_TOTAL, LABEL_SHARD => shard.to_owned()).increment(n);
+}
+
+/// `n` renewals failed on `shard`.
+pub(crate) fn renewals_failed(shard: &str, n: u64) {
+    counter!(INFLIGHT_RENEWALS_FAILED_TOTAL, LABEL_SHARD => shard.to_owned()).increment(n);
+}
+
+/// A release failed on `shard`.
+pub(crate) fn release_failed(shard: &str) {
+    counter!(INFLIGHT_RELEASES_FAILED_TOTAL, LABEL_SHARD => shard.to_owned()).increment(1);
+}
