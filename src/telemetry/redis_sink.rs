@@ -248,10 +248,17 @@ impl RedisSink {
             p.expire(&key, ttl).ignore();
         }
         if !flat.reported.is_empty() {
-            // A time, not a count: the latest write wins, and batches are
-            // written oldest first.
+            // When the instance's events reached the fleet view: the time
+            // of this write, not of the batch (a batch an outage kept is
+            // reported when Redis takes it). A time, not a count: the
+            // latest write wins.
             let key = self.target.key(res, start, "seen");
-            p.hset_multiple(&key, &flat.reported).ignore();
+            let seen: Vec<(&str, u64)> = flat
+                .reported
+                .iter()
+                .map(|(name, at)| (name.as_str(), (*at).max(now)))
+                .collect();
+            p.hset_multiple(&key, &seen).ignore();
             p.expire(&key, ttl).ignore();
         }
         for (part, members) in [("blk", &flat.top), ("hot", &flat.hot)] {
