@@ -348,3 +348,31 @@ async fn tokens_per_window_on_two_limiters_never_exceed_the_documented_bound() {
     );
     assert!(blocked.load(Ordering::Relaxed) > 0);
 }
+
+/// A settle after a reload that changed a limit's numbers is not made on
+/// Redis either: lua/settle.lua would read the bucket under the old
+/// capacity and write it back tagged with it, so a refund of 100 from a
+/// bucket raised from 100 to 1000 would hand back 1000 tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_after_a_reload_that_changed_the_limit_is_not_made_on_redis() {
+    let server = RedisServer::start();
+    let bucket = |capacity| {
+        on(
+            redis(&server),
+            vec![Limit::token_bucket("bucket", capacity, 0.000_001)],
+        )
+    };
+    let limiter = Limiter::new(bucket(100)).await.unwrap();
+    let who = caller("free_reload");
+    let (d, r) = limiter.reserve(&who, "free", None, 100).await;
+    assert!(d.allowed);
+    limiter.replace_policy(bucket(1000)).unwrap();
+    assert!(limiter.check_cost(&who, "free", None, 900).await.allowed);
+    assert_eq!(remaining(&limiter, &who).await, vec![0.0]);
+    assert_eq!(r.unwrap().settle(0).await, Settled::Stale);
+    assert_eq!(
+        remaining(&limiter, &who).await,
+        vec![0.0],
+        "a refund with the old capacity handed out tokens"
+    );
+}
