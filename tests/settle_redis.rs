@@ -376,3 +376,44 @@ async fn a_settle_after_a_reload_that_changed_the_limit_is_not_made_on_redis() {
         "a refund with the old capacity handed out tokens"
     );
 }
+
+/// With Redis down and the failure policy open, the request passes with
+/// nothing reserved: a handler written as the README's, taking
+/// `Extension<Meter>`, still runs (its meter settles nothing) instead of
+/// failing its extraction with a 500, which would turn "open" into an
+/// outage of every metered route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_failure_policy_lets_through_still_has_a_meter_that_settles_nothing() {
+    let mut server = RedisServer::start();
+    let mut policy = on(
+        StoreSettings {
+            kind: StoreKind::Redis,
+            url: Some(server.url()),
+            timeout: Duration::from_millis(200),
+            ..Default::default()
+        },
+        vec![Limit::fixed_window("tokens", 1000, MINUTE)],
+    );
+    policy.resilience.on_store_failure = ratewatch::policy::FailurePolicy::Open;
+    let limiter = Limiter::new(policy).await.unwrap();
+    server.kill();
+    let app = Router::new()
+        .route(
+            "/llm",
+            post(
+                |axum::Extension(meter): axum::Extension<Meter>| async move {
+                    meter.record(500);
+                    meter.reserved().to_string()
+                },
+            ),
+        )
+        .layer(limiter.layer().with_cost(|_| Some(100)));
+    let req = Request::post("/llm")
+        .header("x-api-key", "free_open")
+        .body(Body::empty())
+        .unwrap();
+    let res = app.oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK, "the failure policy is open");
+    let body = axum::body::to_bytes(res.into_body(), 64).await.unwrap();
+    assert_eq!(&body[..], b"0", "nothing was reserved");
+}
