@@ -98,7 +98,12 @@ async fn a_settle_reaches_every_slot_of_a_request_on_a_cluster() {
         vec![
             Limit::fixed_window("tokens", 1000, MINUTE),
             Limit::fixed_window("per_ip", 2000, MINUTE).with_scope(Scope::Ip),
-            Limit::fixed_window("route", 5000, MINUTE).with_scope(Scope::Route),
+            // A route ceiling is `auto` by default: pressed, the whole
+            // request would be leased and the store would show the lease's
+            // units held. Exact, the store holds what was charged.
+            Limit::fixed_window("route", 5000, MINUTE)
+                .with_scope(Scope::Route)
+                .with_mode(LeaseMode::Exact),
         ],
     ))
     .await
