@@ -398,3 +398,39 @@ async fn a_streamed_body_settles_when_the_stream_ends() {
     // Reserved 300, the stream counted 100.
     settles_to(&limiter, 900.0).await;
 }
+
+/// A settle after a reload that changed the limit: the reservation's
+/// numbers are not the limit's any more, and settling with them would
+/// rescale the state twice (a bucket of 100 raised to 1000 refunded 100
+/// with the old capacity came back full: 1000 tokens).
+#[tokio::test]
+async fn a_settle_after_a_reload_that_changed_the_limit_gives_nothing_extra() {
+    let bucket = |capacity| {
+        Policy::builder()
+            .tier(Tier::new("free").limit(Limit::token_bucket("tokens", capacity, 0.001)))
+            .tier(Tier::new("anonymous").limit(Limit::token_bucket("tokens", 10, 0.001)))
+            .build()
+            .unwrap()
+    };
+    let clock = clock();
+    let limiter = Limiter::builder(bucket(100))
+        .with_clock(clock.clone())
+        .build()
+        .await
+        .unwrap();
+    let (d, r) = limiter.reserve(&caller(), "free", None, 100).await;
+    assert!(d.allowed);
+    limiter.replace_policy(bucket(1000)).unwrap();
+    // 900 more under the raised capacity: the bucket is empty.
+    assert!(
+        limiter
+            .check_cost(&caller(), "free", None, 900)
+            .await
+            .allowed
+    );
+    assert_eq!(left(&limiter).await, 0.0);
+    // The request used nothing of its 100: at most those 100 come back.
+    assert_eq!(r.unwrap().settle(0).await, Settled::Stale);
+    let after = left(&limiter).await;
+    assert!(after <= 100.0, "a refund of 100 gave back {after} tokens");
+}

@@ -98,7 +98,12 @@ async fn a_settle_reaches_every_slot_of_a_request_on_a_cluster() {
         vec![
             Limit::fixed_window("tokens", 1000, MINUTE),
             Limit::fixed_window("per_ip", 2000, MINUTE).with_scope(Scope::Ip),
-            Limit::fixed_window("route", 5000, MINUTE).with_scope(Scope::Route),
+            // A route ceiling is `auto` by default: pressed, the whole
+            // request would be leased and the store would show the lease's
+            // units held. Exact, the store holds what was charged.
+            Limit::fixed_window("route", 5000, MINUTE)
+                .with_scope(Scope::Route)
+                .with_mode(LeaseMode::Exact),
         ],
     ))
     .await
@@ -347,4 +352,73 @@ async fn tokens_per_window_on_two_limiters_never_exceed_the_documented_bound() {
         "the test must overshoot the limit to test the bound: {used:?}"
     );
     assert!(blocked.load(Ordering::Relaxed) > 0);
+}
+
+/// A settle after a reload that changed a limit's numbers is not made on
+/// Redis either: lua/settle.lua would read the bucket under the old
+/// capacity and write it back tagged with it, so a refund of 100 from a
+/// bucket raised from 100 to 1000 would hand back 1000 tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_after_a_reload_that_changed_the_limit_is_not_made_on_redis() {
+    let server = RedisServer::start();
+    let bucket = |capacity| {
+        on(
+            redis(&server),
+            vec![Limit::token_bucket("bucket", capacity, 0.000_001)],
+        )
+    };
+    let limiter = Limiter::new(bucket(100)).await.unwrap();
+    let who = caller("free_reload");
+    let (d, r) = limiter.reserve(&who, "free", None, 100).await;
+    assert!(d.allowed);
+    limiter.replace_policy(bucket(1000)).unwrap();
+    assert!(limiter.check_cost(&who, "free", None, 900).await.allowed);
+    assert_eq!(remaining(&limiter, &who).await, vec![0.0]);
+    assert_eq!(r.unwrap().settle(0).await, Settled::Stale);
+    assert_eq!(
+        remaining(&limiter, &who).await,
+        vec![0.0],
+        "a refund with the old capacity handed out tokens"
+    );
+}
+
+/// With Redis down and the failure policy open, the request passes with
+/// nothing reserved: a handler written as the README's, taking
+/// `Extension<Meter>`, still runs (its meter settles nothing) instead of
+/// failing its extraction with a 500, which would turn "open" into an
+/// outage of every metered route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_failure_policy_lets_through_still_has_a_meter_that_settles_nothing() {
+    let mut server = RedisServer::start();
+    let mut policy = on(
+        StoreSettings {
+            kind: StoreKind::Redis,
+            url: Some(server.url()),
+            timeout: Duration::from_millis(200),
+            ..Default::default()
+        },
+        vec![Limit::fixed_window("tokens", 1000, MINUTE)],
+    );
+    policy.resilience.on_store_failure = ratewatch::policy::FailurePolicy::Open;
+    let limiter = Limiter::new(policy).await.unwrap();
+    server.kill();
+    let app = Router::new()
+        .route(
+            "/llm",
+            post(
+                |axum::Extension(meter): axum::Extension<Meter>| async move {
+                    meter.record(500);
+                    meter.reserved().to_string()
+                },
+            ),
+        )
+        .layer(limiter.layer().with_cost(|_| Some(100)));
+    let req = Request::post("/llm")
+        .header("x-api-key", "free_open")
+        .body(Body::empty())
+        .unwrap();
+    let res = app.oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK, "the failure policy is open");
+    let body = axum::body::to_bytes(res.into_body(), 64).await.unwrap();
+    assert_eq!(&body[..], b"0", "nothing was reserved");
 }

@@ -196,8 +196,9 @@ impl RateLimitLayer {
     /// header, the `Content-Length`, a claim an auth layer put into the
     /// extensions), `None` meaning the route rule's cost, and settles it
     /// after the response: the layer puts a [`Meter`](crate::Meter) into
-    /// the extensions of every request it admitted and counted, and
-    /// settles the difference between what was recorded there (or put in
+    /// the extensions of every request it lets through (one the failure
+    /// policy let through reserved nothing, and its meter settles
+    /// nothing), and settles the difference between what was recorded there (or put in
     /// the response's extensions as a [`Usage`](crate::Usage)) and the
     /// cost reserved ([`crate::Reservation::settle`]). Nothing recorded,
     /// nothing settled: the reserved cost stands.

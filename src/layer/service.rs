@@ -194,17 +194,18 @@ where
             Answer::Refuse(refusal) => return Ok(refusal.get().await),
             Answer::Pass(decision) => decision,
         };
-        let meter = reservation.map(crate::Meter::new);
-        if let Some(m) = &meter {
-            parts.extensions.insert(m.clone());
-        }
+        // Every request that passes gets a meter, so a handler taking
+        // `Extension<Meter>` runs when the failure policy let it through
+        // too; one without a reservation settles nothing.
+        let meter = reservation.map_or_else(crate::Meter::detached, crate::Meter::new);
+        parts.extensions.insert(meter.clone());
         if !decision.delay.is_zero() {
             tokio::time::sleep(decision.delay).await;
         }
         let req = pass_on(parts, body, &decision);
         let mut res = inner.call(req).await?;
-        if let (Some(m), Some(crate::Usage(units))) = (&meter, res.extensions().get()) {
-            m.record(*units);
+        if let Some(crate::Usage(units)) = res.extensions().get() {
+            meter.record(*units);
         }
         drop(meter);
         headers::insert_families(res.headers_mut(), &decision, options.headers);

@@ -2,8 +2,9 @@
 //! really used, so that it is settled after the response.
 //!
 //! The layer (with [`RateLimitLayer::with_cost`](crate::RateLimitLayer::with_cost))
-//! puts a [`Meter`] into the extensions of every request it admitted and
-//! counted. A handler calls [`Meter::record`] or [`Meter::add`] (from a
+//! puts a [`Meter`] into the extensions of every request it lets through
+//! (one with nothing reserved, as when the failure policy answered,
+//! settles nothing). A handler calls [`Meter::record`] or [`Meter::add`] (from a
 //! streamed body too: a clone lives as long as the stream), and/or puts a
 //! [`Usage`] into its response's extensions, which the layer records when
 //! the response head comes back. When the last clone of the meter drops
@@ -54,7 +55,21 @@ impl Meter {
         }
     }
 
-    /// Units the request's decision reserved (charged up front).
+    /// A meter with nothing to settle: the request passed without a
+    /// reservation (the failure policy answered, or no limit applies), and
+    /// its handler still finds a meter to record into.
+    pub(crate) fn detached() -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                reservation: Mutex::new(None),
+                actual: AtomicU64::new(0),
+                recorded: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Units the request's decision reserved (charged up front; 0 when
+    /// nothing was).
     pub fn reserved(&self) -> u64 {
         self.inner
             .reservation

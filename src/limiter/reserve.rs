@@ -55,6 +55,9 @@ pub struct Reservation {
     pub(super) route: Arc<str>,
     /// The decision budget: a settle never waits longer.
     pub(super) budget: Duration,
+    /// The hash of the policy the decision was made under: `items` carry
+    /// its numbers, which a reload may have changed since.
+    pub(super) policy: String,
 }
 
 impl Reservation {
@@ -169,6 +172,7 @@ impl Limiter {
             tier: decision.tier.clone(),
             route: route_label(live, p.route),
             budget: live.policy.store.timeout,
+            policy: live.version.hash.clone(),
         })
     }
 }

@@ -31,6 +31,13 @@ pub enum Settled {
     /// The store could not be asked (breaker open, timeout, error): the
     /// limits keep what the decision charged.
     Failed,
+    /// The policy changed between the decision and the settle: the
+    /// reservation's numbers (capacity, limit, window, rate) may no
+    /// longer be the limits', and settling with them would read the state
+    /// under the wrong numbers (a bucket raised from 100 to 1000 would come
+    /// back full from a refund of 100). Nothing was settled: the limits
+    /// keep what the decision charged.
+    Stale,
 }
 
 impl Reservation {
@@ -46,6 +53,10 @@ impl Reservation {
         };
         if self.items.is_empty() {
             return Settled::Exact;
+        }
+        if self.limiter.inner.live.load().version.hash != self.policy {
+            crate::telemetry::cost::settled(&self.tier, &self.route, "stale", 0);
+            return Settled::Stale;
         }
         let settle = Settle::new(&self.items, self.charged_at, adjust);
         let result = self.limiter.settle_store(&settle, self.budget).await;

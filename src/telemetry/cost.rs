@@ -14,7 +14,7 @@ use crate::policy::Policy;
 /// the layer's cost function): counter {tier, route}.
 pub const COST_UNITS_TOTAL: &str = "ratewatch_cost_units_total";
 /// Settles after a response, by outcome (`charged`, `refunded`,
-/// `failed`): counter {tier, route, outcome}.
+/// `failed`, `stale`): counter {tier, route, outcome}.
 pub const SETTLES_TOTAL: &str = "ratewatch_settles_total";
 /// Units settles charged or gave back, by direction (`charged`,
 /// `refunded`): counter {tier, route, direction}.
@@ -24,7 +24,7 @@ pub const SETTLED_UNITS_TOTAL: &str = "ratewatch_settled_units_total";
 pub const LABEL_DIRECTION: &str = "direction";
 
 /// The `outcome` values of [`SETTLES_TOTAL`].
-pub const SETTLE_OUTCOMES: [&str; 3] = ["charged", "refunded", "failed"];
+pub const SETTLE_OUTCOMES: [&str; 4] = ["charged", "refunded", "failed", "stale"];
 
 /// Describes the cost families to the current recorder.
 pub fn describe() {
@@ -34,7 +34,7 @@ pub fn describe() {
     );
     describe_counter!(
         SETTLES_TOTAL,
-        "Settles after a response: charged (used more than reserved), refunded (used less), failed (the store could not be asked)."
+        "Settles after a response: charged (used more than reserved), refunded (used less), failed (the store could not be asked), stale (the policy changed since the decision: not settled)."
     );
     describe_counter!(
         SETTLED_UNITS_TOTAL,
@@ -65,12 +65,12 @@ pub(crate) fn charged_at_decision(tier: &str, route: &str, units: u64) {
         .increment(units);
 }
 
-/// A settle ended: `outcome` is `charged`, `refunded` or `failed`; `units`
-/// were moved (0 when it failed).
+/// A settle ended: `outcome` is `charged`, `refunded`, `failed` or `stale`; `units`
+/// were moved (0 when it failed or was stale).
 pub(crate) fn settled(tier: &str, route: &str, outcome: &'static str, units: u64) {
     counter!(SETTLES_TOTAL, LABEL_TIER => tier.to_owned(), LABEL_ROUTE => route.to_owned(), super::metrics::LABEL_OUTCOME => outcome)
         .increment(1);
-    if outcome != "failed" {
+    if outcome == "charged" || outcome == "refunded" {
         counter!(SETTLED_UNITS_TOTAL, LABEL_TIER => tier.to_owned(), LABEL_ROUTE => route.to_owned(), LABEL_DIRECTION => outcome)
             .increment(units);
     }
