@@ -249,14 +249,15 @@ impl RedisSink {
         }
         if !flat.reported.is_empty() {
             // When the instance's events reached the fleet view: the time
-            // of this write, not of the batch (a batch an outage kept is
-            // reported when Redis takes it). A time, not a count: the
-            // latest write wins.
+            // this write is built (a batch an outage kept is reported when
+            // Redis takes it, not when it was decided), to the second. A
+            // time, not a count: the latest write wins.
             let key = self.target.key(res, start, "seen");
+            let written = super::unix_now().max(now);
             let seen: Vec<(&str, u64)> = flat
                 .reported
                 .iter()
-                .map(|(name, at)| (name.as_str(), (*at).max(now)))
+                .map(|(name, at)| (name.as_str(), (*at).max(written)))
                 .collect();
             p.hset_multiple(&key, &seen).ignore();
             p.expire(&key, ttl).ignore();
