@@ -459,3 +459,97 @@ fn a_bad_in_flight_limit_is_refused_naming_the_file_line_and_field() {
         }
     );
 }
+
+/// How many holders the in-flight sets on `server` hold in all.
+fn holders_on(server: &RedisServer) -> u64 {
+    const COUNT: &str = "local n = 0 \
+        for _, k in ipairs(redis.call('KEYS', '*')) do \
+          if redis.call('TYPE', k).ok == 'zset' then n = n + redis.call('ZCARD', k) end \
+        end return n";
+    server.cli(&["EVAL", COUNT, "0"]).trim().parse().unwrap()
+}
+
+/// A decision whose answer never arrives (the caller gave up, or the
+/// store's budget ran out) while Redis did run the script: the slot it
+/// took has no holder in process to renew or give it back, so it must be
+/// given back at once, not after the hold timeout (30 s here). Without
+/// that, a client that disconnects while its decision is on the wire
+/// leaves a slot behind, and a route-scoped limit can be filled by anyone.
+async fn given_up_while_redis_takes_the_slot(budget: Duration) {
+    let server = RedisServer::start();
+    let settings = StoreSettings {
+        url: Some(server.url()),
+        timeout: budget,
+        ..StoreSettings::default()
+    };
+    let store = RedisStore::connect(&settings).await.unwrap();
+    let policy = Policy::builder()
+        .store(settings)
+        .tier(
+            Tier::new("free")
+                .match_prefix("free_")
+                .limit(Limit::concurrency_held("inflight", 1, HOLD)),
+        )
+        .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 100)))
+        .build()
+        .unwrap();
+    let limiter = Limiter::builder(policy)
+        .with_store(std::sync::Arc::new(store))
+        .build()
+        .await
+        .unwrap();
+    let caller = Identity::new(IdentityKind::ApiKey, "free_gone");
+    // Scripts are loaded and the connection is up before the pause.
+    drop(limiter.check(&caller, "free", None).await);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while holders_on(&server) > 0 {
+        assert!(std::time::Instant::now() < deadline, "first release");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let calls = server.command_calls("evalsha");
+
+    // Redis holds every script for 1.5 s; the caller gives up after 100 ms
+    // (its future is dropped, as when a client disconnects), or the
+    // decision's own budget runs out first and the failure policy answers.
+    server.cli(&["CLIENT", "PAUSE", "1500", "WRITE"]);
+    let answer = tokio::time::timeout(
+        Duration::from_millis(100),
+        limiter.check(&caller, "free", None),
+    )
+    .await;
+    if let Ok(d) = &answer {
+        assert!(
+            !matches!(d.source, ratewatch::Source::Store { .. }),
+            "{d:?}"
+        );
+    }
+    drop(answer);
+
+    // The script runs once the pause ends; then the slot must be back well
+    // before its hold timeout.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while server.command_calls("evalsha") <= calls {
+        assert!(std::time::Instant::now() < deadline, "the script never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while holders_on(&server) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slot taken for a decision nobody saw is still held (until its 30 s hold timeout)"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let d = limiter.check(&caller, "free", None).await;
+    assert!(d.allowed && d.slot.is_some(), "{d:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_cancelled_while_redis_takes_the_slot_gives_it_back() {
+    given_up_while_redis_takes_the_slot(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_timed_out_while_redis_takes_the_slot_gives_it_back() {
+    given_up_while_redis_takes_the_slot(Duration::from_millis(50)).await;
+}

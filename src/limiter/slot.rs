@@ -242,3 +242,70 @@ async fn renew_forever(slots: Weak<Slots>) {
         slots.renew_due().await;
     }
 }
+
+/// The in-flight slots a decision on the wire may take for its holder,
+/// given back unless the decision's answer arrives.
+///
+/// A script Redis runs after the caller stopped waiting (the caller's
+/// future was dropped: a client gone; or the decision budget ran out)
+/// takes a slot no [`Slot`] holds: nothing renews it or gives it back, and
+/// it would be held until its hold timeout. Left armed, this asks the
+/// store to give it back (idempotent: a holder never added is no-op). On
+/// one connection the release is queued behind the decision, so it runs
+/// after the slot was taken.
+pub(super) struct Unseen<'a> {
+    store: &'a Arc<dyn Store>,
+    items: &'a [Item],
+    holder: Option<&'a str>,
+}
+
+impl<'a> Unseen<'a> {
+    /// Armed for `holder`'s slots in `items` (none without a holder).
+    pub(super) fn new(
+        store: &'a Arc<dyn Store>,
+        items: &'a [Item],
+        holder: Option<&'a str>,
+    ) -> Self {
+        Self {
+            store,
+            items,
+            holder,
+        }
+    }
+
+    /// The answer arrived (or no call was made): a slot taken is held by
+    /// the [`Slot`] of the decision, not given back here.
+    pub(super) fn seen(mut self) {
+        self.holder = None;
+    }
+}
+
+impl Drop for Unseen<'_> {
+    fn drop(&mut self) {
+        let Some(holder) = self.holder.take() else {
+            return;
+        };
+        let items: Vec<Item> = self
+            .items
+            .iter()
+            .filter(|i| i.algorithm.is_concurrency())
+            .cloned()
+            .collect();
+        let Some(first) = items.first() else {
+            return;
+        };
+        let shard = self.store.shard_for(&first.key);
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            inflight::release_failed(&shard);
+            return;
+        };
+        let store = self.store.clone();
+        let holder = holder.to_owned();
+        rt.spawn(async move {
+            if let Err(e) = store.release(&items, &holder).await {
+                inflight::release_failed(&shard);
+                tracing::debug!(%shard, error = %e, "in-flight release of an unanswered decision failed; the slot comes back after its hold timeout");
+            }
+        });
+    }
+}
