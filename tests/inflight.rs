@@ -553,3 +553,49 @@ async fn a_decision_cancelled_while_redis_takes_the_slot_gives_it_back() {
 async fn a_decision_timed_out_while_redis_takes_the_slot_gives_it_back() {
     given_up_while_redis_takes_the_slot(Duration::from_millis(50)).await;
 }
+
+/// The task that renews held slots runs on the runtime of the request
+/// that first took one. A limiter that outlives that runtime (built and
+/// first used on one, serving on another) must renew on the next: else a
+/// request held past its hold timeout loses its slot and a second one is
+/// admitted beside it.
+#[test]
+fn renewals_go_on_after_the_runtime_that_started_them_is_gone() {
+    let rt = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let hold = Duration::from_secs(1);
+    let policy = Policy::builder()
+        .tier(
+            Tier::new("free")
+                .match_prefix("free_")
+                .limit(Limit::concurrency_held("inflight", 1, hold)),
+        )
+        .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 100)))
+        .build()
+        .unwrap();
+    let caller = Identity::new(IdentityKind::ApiKey, "free_twice");
+    let first = rt();
+    let limiter = first.block_on(async {
+        let limiter = Limiter::new(policy).await.unwrap();
+        drop(limiter.check(&caller, "free", None).await);
+        limiter
+    });
+    drop(first);
+
+    rt().block_on(async {
+        let held = limiter.check(&caller, "free", None).await;
+        assert!(held.allowed && held.slot.is_some());
+        // Three hold timeouts: renewed every third of one, the slot stays.
+        tokio::time::sleep(3 * hold).await;
+        let second = limiter.check(&caller, "free", None).await;
+        assert!(
+            !second.allowed,
+            "a held slot was not renewed: a second request took it"
+        );
+        drop(held);
+    });
+}

@@ -169,7 +169,7 @@ impl Slots {
         if let Some(rt) = runtime
             && !self.renewing.swap(true, Ordering::AcqRel)
         {
-            rt.spawn(renew_forever(Arc::downgrade(self)));
+            rt.spawn(renew_forever(Renewing(Arc::downgrade(self))));
         }
         Slot { held }
     }
@@ -230,8 +230,24 @@ impl Slots {
     }
 }
 
-/// Renews the slots of `slots` until the limiter is gone.
-async fn renew_forever(slots: Weak<Slots>) {
+/// Lets the next slot taken start a renewal task when this one ends
+/// (dropped with its runtime, or a panic): without it a limiter that
+/// outlives the runtime of its first slot never renews again.
+struct Renewing(Weak<Slots>);
+
+impl Drop for Renewing {
+    fn drop(&mut self) {
+        if let Some(slots) = self.0.upgrade() {
+            slots.renewing.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Renews the slots of `renewing` until the limiter is gone. The guard is
+/// an argument, not a local, so it goes with the task even if the task is
+/// dropped before it ever ran.
+async fn renew_forever(renewing: Renewing) {
+    let slots = renewing.0.clone();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
