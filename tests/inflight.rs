@@ -599,3 +599,40 @@ fn renewals_go_on_after_the_runtime_that_started_them_is_gone() {
         drop(held);
     });
 }
+
+/// A process forked after it made its first holder id makes ids of its
+/// own: else parent and child name two requests alike, and one set entry
+/// counts for both (a slot too many, and one's release frees the other's).
+#[cfg(unix)]
+#[test]
+fn a_forked_process_makes_holder_ids_of_its_own() {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    let _ = ratewatch::store::holder_id();
+    let mut fds = [0; 2];
+    // SAFETY: a pipe of two new descriptors; the child only formats an id
+    // (glibc's malloc is fork-safe), writes it and exits.
+    let pid = unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        libc::fork()
+    };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let id = ratewatch::store::holder_id();
+        unsafe {
+            libc::write(fds[1], id.as_ptr().cast(), id.len());
+            libc::_exit(0);
+        }
+    }
+    // SAFETY: the read end is ours alone; the write end is closed here.
+    let mut read = unsafe {
+        libc::close(fds[1]);
+        std::fs::File::from_raw_fd(fds[0])
+    };
+    let mut child = String::new();
+    read.read_to_string(&mut child).unwrap();
+    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+    let parent = ratewatch::store::holder_id();
+    assert!(!child.is_empty());
+    assert_ne!(child, parent, "parent and child made the same holder id");
+}
