@@ -20,7 +20,7 @@
 //! renewals succeed again, not once per request.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -115,10 +115,20 @@ impl Drop for Held {
         };
         let store = self.store.clone();
         let shard = self.shard.clone();
+        // Counted until done, so a shutdown can wait for it.
+        let book = self.book.upgrade();
+        if let Some(b) = &book {
+            b.releasing.fetch_add(1, Ordering::AcqRel);
+        }
         rt.spawn(async move {
             if let Err(e) = store.release(&items, &holder).await {
                 inflight::release_failed(&shard);
                 tracing::debug!(%shard, error = %e, "in-flight release failed; the slot comes back after its hold timeout");
+            }
+            if let Some(b) = book
+                && b.releasing.fetch_sub(1, Ordering::AcqRel) == 1
+            {
+                b.released.notify_waiters();
             }
         });
     }
@@ -130,6 +140,10 @@ pub(super) struct Slots {
     held: Mutex<HashMap<String, Weak<Held>>>,
     renewing: AtomicBool,
     warned: AtomicBool,
+    /// Releases spawned and not done yet.
+    releasing: AtomicUsize,
+    /// Told when the last release spawned is done.
+    released: tokio::sync::Notify,
 }
 
 impl Slots {
@@ -172,6 +186,22 @@ impl Slots {
             rt.spawn(renew_forever(Renewing(Arc::downgrade(self))));
         }
         Slot { held }
+    }
+
+    /// Waits, at most `within`, for the releases spawned so far: a
+    /// process that exits right after its last response would otherwise
+    /// leave those slots held until their hold timeout.
+    pub(super) async fn released(&self, within: Duration) {
+        let all_done = async {
+            loop {
+                let done = self.released.notified();
+                if self.releasing.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                done.await;
+            }
+        };
+        let _ = tokio::time::timeout(within, all_done).await;
     }
 
     /// Slots due for renewal now; each is due again a third of its hold
