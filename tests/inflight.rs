@@ -459,3 +459,185 @@ fn a_bad_in_flight_limit_is_refused_naming_the_file_line_and_field() {
         }
     );
 }
+
+/// How many holders the in-flight sets on `server` hold in all.
+fn holders_on(server: &RedisServer) -> u64 {
+    // Holder ids (hex, a colon, a counter) in any sorted set.
+    const COUNT: &str = "local n = 0 \
+        for _, k in ipairs(redis.call('KEYS', '*')) do \
+          if redis.call('TYPE', k).ok == 'zset' then \
+            for _, m in ipairs(redis.call('ZRANGE', k, 0, -1)) do \
+              if string.match(m, '^%x+:%d+$') then n = n + 1 end \
+            end \
+          end \
+        end return n";
+    server.cli(&["EVAL", COUNT, "0"]).trim().parse().unwrap()
+}
+
+/// A decision whose answer never arrives (the caller gave up, or the
+/// store's budget ran out) while Redis did run the script: the slot it
+/// took has no holder in process to renew or give it back, so it must be
+/// given back at once, not after the hold timeout (30 s here). Without
+/// that, a client that disconnects while its decision is on the wire
+/// leaves a slot behind, and a route-scoped limit can be filled by anyone.
+async fn given_up_while_redis_takes_the_slot(budget: Duration) {
+    let server = RedisServer::start();
+    let settings = StoreSettings {
+        url: Some(server.url()),
+        timeout: budget,
+        ..StoreSettings::default()
+    };
+    let store = RedisStore::connect(&settings).await.unwrap();
+    let policy = Policy::builder()
+        .store(settings)
+        .tier(
+            Tier::new("free")
+                .match_prefix("free_")
+                .limit(Limit::concurrency_held("inflight", 1, HOLD)),
+        )
+        .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 100)))
+        .build()
+        .unwrap();
+    let limiter = Limiter::builder(policy)
+        .with_store(std::sync::Arc::new(store))
+        .build()
+        .await
+        .unwrap();
+    let caller = Identity::new(IdentityKind::ApiKey, "free_gone");
+    // Scripts are loaded and the connection is up before the pause.
+    drop(limiter.check(&caller, "free", None).await);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while holders_on(&server) > 0 {
+        assert!(std::time::Instant::now() < deadline, "first release");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let calls = server.command_calls("evalsha");
+
+    // Redis holds every script for 1.5 s; the caller gives up after 100 ms
+    // (its future is dropped, as when a client disconnects), or the
+    // decision's own budget runs out first and the failure policy answers.
+    server.cli(&["CLIENT", "PAUSE", "1500", "WRITE"]);
+    let answer = tokio::time::timeout(
+        Duration::from_millis(100),
+        limiter.check(&caller, "free", None),
+    )
+    .await;
+    if let Ok(d) = &answer {
+        assert!(
+            !matches!(d.source, ratewatch::Source::Store { .. }),
+            "{d:?}"
+        );
+    }
+    drop(answer);
+
+    // The script runs once the pause ends; then the slot must be back well
+    // before its hold timeout.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while server.command_calls("evalsha") <= calls {
+        assert!(std::time::Instant::now() < deadline, "the script never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while holders_on(&server) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slot taken for a decision nobody saw is still held (until its 30 s hold timeout)"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let d = limiter.check(&caller, "free", None).await;
+    assert!(d.allowed && d.slot.is_some(), "{d:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_cancelled_while_redis_takes_the_slot_gives_it_back() {
+    given_up_while_redis_takes_the_slot(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_timed_out_while_redis_takes_the_slot_gives_it_back() {
+    given_up_while_redis_takes_the_slot(Duration::from_millis(50)).await;
+}
+
+/// The task that renews held slots runs on the runtime of the request
+/// that first took one. A limiter that outlives that runtime (built and
+/// first used on one, serving on another) must renew on the next: else a
+/// request held past its hold timeout loses its slot and a second one is
+/// admitted beside it.
+#[test]
+fn renewals_go_on_after_the_runtime_that_started_them_is_gone() {
+    let rt = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let hold = Duration::from_secs(1);
+    let policy = Policy::builder()
+        .tier(
+            Tier::new("free")
+                .match_prefix("free_")
+                .limit(Limit::concurrency_held("inflight", 1, hold)),
+        )
+        .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 100)))
+        .build()
+        .unwrap();
+    let caller = Identity::new(IdentityKind::ApiKey, "free_twice");
+    let first = rt();
+    let limiter = first.block_on(async {
+        let limiter = Limiter::new(policy).await.unwrap();
+        drop(limiter.check(&caller, "free", None).await);
+        limiter
+    });
+    drop(first);
+
+    rt().block_on(async {
+        let held = limiter.check(&caller, "free", None).await;
+        assert!(held.allowed && held.slot.is_some());
+        // Three hold timeouts: renewed every third of one, the slot stays.
+        tokio::time::sleep(3 * hold).await;
+        let second = limiter.check(&caller, "free", None).await;
+        assert!(
+            !second.allowed,
+            "a held slot was not renewed: a second request took it"
+        );
+        drop(held);
+    });
+}
+
+/// A process forked after it made its first holder id makes ids of its
+/// own: else parent and child name two requests alike, and one set entry
+/// counts for both (a slot too many, and one's release frees the other's).
+#[cfg(unix)]
+#[test]
+fn a_forked_process_makes_holder_ids_of_its_own() {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    let _ = ratewatch::store::holder_id();
+    let mut fds = [0; 2];
+    // SAFETY: a pipe of two new descriptors; the child only formats an id
+    // (glibc's malloc is fork-safe), writes it and exits.
+    let pid = unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        libc::fork()
+    };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let id = ratewatch::store::holder_id();
+        unsafe {
+            libc::write(fds[1], id.as_ptr().cast(), id.len());
+            libc::_exit(0);
+        }
+    }
+    // SAFETY: the read end is ours alone; the write end is closed here.
+    let mut read = unsafe {
+        libc::close(fds[1]);
+        std::fs::File::from_raw_fd(fds[0])
+    };
+    let mut child = String::new();
+    read.read_to_string(&mut child).unwrap();
+    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+    let parent = ratewatch::store::holder_id();
+    assert!(!child.is_empty());
+    assert_ne!(child, parent, "parent and child made the same holder id");
+}

@@ -446,3 +446,31 @@ async fn renewals_cost_one_script_call_per_holder_every_third_of_the_hold_timeou
     );
     wait_refused(&server).await;
 }
+
+/// A server stopped (SIGTERM) while a request holds a slot finishes the
+/// request and gives its slot back before it exits: a rolling restart
+/// must not leave slots held for the hold timeout (30 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_stopped_while_a_request_holds_a_slot_gives_it_back_before_it_exits() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = policy(dir.path(), &redis_store(&redis.url()), 1, "30s", "closed");
+    let server = Ratewatch::start("serve", Some(&file), &[]);
+    let _socket = hold_on_socket(&server, 500);
+    wait_held(&server, 1).await;
+    server.stop();
+    // Holder ids (hex, a colon, a counter) in any sorted set.
+    const HOLDERS: &str = "local n = 0 \
+        for _, k in ipairs(redis.call('KEYS', '*')) do \
+          if redis.call('TYPE', k).ok == 'zset' then \
+            for _, m in ipairs(redis.call('ZRANGE', k, 0, -1)) do \
+              if string.match(m, '^%x+:%d+$') then n = n + 1 end \
+            end \
+          end \
+        end return n";
+    assert_eq!(
+        redis.cli(&["EVAL", HOLDERS, "0"]).trim(),
+        "0",
+        "the server exited with a slot still held"
+    );
+}

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Limiter;
+use super::slot::Unseen;
 use crate::resilience::{BreakerState, Change};
 use crate::store::{Batch, Charge, StoreDecision, StoreError};
 use crate::telemetry::FallbackReason;
@@ -78,6 +79,29 @@ impl Limiter {
     /// [`Limiter::ask_store`], keeping what an admitted decision charged
     /// when `charged` (a lease take).
     pub(super) async fn ask_store_for(
+        &self,
+        batch: &Batch<'_>,
+        budget: Duration,
+        charged: bool,
+    ) -> Result<(StoreDecision, Option<Charge>), StoreFailure> {
+        // Until the answer is here, a slot the store takes for this
+        // request is held by nothing: dropped here (the caller gave up) or
+        // after a timeout, it is given back rather than left to expire.
+        let unseen = Unseen::new(&self.inner.store, batch.items, batch.holder);
+        let answer = self.ask_store_once(batch, budget, charged).await;
+        match &answer {
+            Err(f) if f.reason == FallbackReason::Timeout => drop(unseen),
+            // Answered; refused by a breaker (no call made); or an error
+            // before or instead of the script (a down Redis is not asked
+            // again for every request).
+            _ => unseen.seen(),
+        }
+        answer
+    }
+
+    /// [`Limiter::ask_store_for`] without the care of a slot taken for an
+    /// answer that never arrives.
+    async fn ask_store_once(
         &self,
         batch: &Batch<'_>,
         budget: Duration,

@@ -358,10 +358,15 @@ impl Limiter {
 }
 
 impl Limiter {
-    /// Gives unspent leases back, flushes telemetry and stops background
+    /// Gives unspent leases back, waits for the in-flight slots already
+    /// given up to reach the store, flushes telemetry and stops background
     /// work; call before exit.
     pub async fn shutdown(&self) {
         self.inner.follower.stop();
+        // At most twice the decision budget: a release Redis does not take
+        // expires after its hold timeout anyway.
+        let budget = self.policy().store.timeout * 2;
+        self.inner.slots.released(budget).await;
         self.return_leases().await;
         self.inner.telemetry.shutdown().await;
     }

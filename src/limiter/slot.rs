@@ -20,7 +20,7 @@
 //! renewals succeed again, not once per request.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -115,10 +115,20 @@ impl Drop for Held {
         };
         let store = self.store.clone();
         let shard = self.shard.clone();
+        // Counted until done, so a shutdown can wait for it.
+        let book = self.book.upgrade();
+        if let Some(b) = &book {
+            b.releasing.fetch_add(1, Ordering::AcqRel);
+        }
         rt.spawn(async move {
             if let Err(e) = store.release(&items, &holder).await {
                 inflight::release_failed(&shard);
                 tracing::debug!(%shard, error = %e, "in-flight release failed; the slot comes back after its hold timeout");
+            }
+            if let Some(b) = book
+                && b.releasing.fetch_sub(1, Ordering::AcqRel) == 1
+            {
+                b.released.notify_waiters();
             }
         });
     }
@@ -130,6 +140,10 @@ pub(super) struct Slots {
     held: Mutex<HashMap<String, Weak<Held>>>,
     renewing: AtomicBool,
     warned: AtomicBool,
+    /// Releases spawned and not done yet.
+    releasing: AtomicUsize,
+    /// Told when the last release spawned is done.
+    released: tokio::sync::Notify,
 }
 
 impl Slots {
@@ -169,9 +183,25 @@ impl Slots {
         if let Some(rt) = runtime
             && !self.renewing.swap(true, Ordering::AcqRel)
         {
-            rt.spawn(renew_forever(Arc::downgrade(self)));
+            rt.spawn(renew_forever(Renewing(Arc::downgrade(self))));
         }
         Slot { held }
+    }
+
+    /// Waits, at most `within`, for the releases spawned so far: a
+    /// process that exits right after its last response would otherwise
+    /// leave those slots held until their hold timeout.
+    pub(super) async fn released(&self, within: Duration) {
+        let all_done = async {
+            loop {
+                let done = self.released.notified();
+                if self.releasing.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                done.await;
+            }
+        };
+        let _ = tokio::time::timeout(within, all_done).await;
     }
 
     /// Slots due for renewal now; each is due again a third of its hold
@@ -230,8 +260,24 @@ impl Slots {
     }
 }
 
-/// Renews the slots of `slots` until the limiter is gone.
-async fn renew_forever(slots: Weak<Slots>) {
+/// Lets the next slot taken start a renewal task when this one ends
+/// (dropped with its runtime, or a panic): without it a limiter that
+/// outlives the runtime of its first slot never renews again.
+struct Renewing(Weak<Slots>);
+
+impl Drop for Renewing {
+    fn drop(&mut self) {
+        if let Some(slots) = self.0.upgrade() {
+            slots.renewing.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Renews the slots of `renewing` until the limiter is gone. The guard is
+/// an argument, not a local, so it goes with the task even if the task is
+/// dropped before it ever ran.
+async fn renew_forever(renewing: Renewing) {
+    let slots = renewing.0.clone();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -240,5 +286,72 @@ async fn renew_forever(slots: Weak<Slots>) {
             return;
         };
         slots.renew_due().await;
+    }
+}
+
+/// The in-flight slots a decision on the wire may take for its holder,
+/// given back unless the decision's answer arrives.
+///
+/// A script Redis runs after the caller stopped waiting (the caller's
+/// future was dropped: a client gone; or the decision budget ran out)
+/// takes a slot no [`Slot`] holds: nothing renews it or gives it back, and
+/// it would be held until its hold timeout. Left armed, this asks the
+/// store to give it back (idempotent: a holder never added is no-op). On
+/// one connection the release is queued behind the decision, so it runs
+/// after the slot was taken.
+pub(super) struct Unseen<'a> {
+    store: &'a Arc<dyn Store>,
+    items: &'a [Item],
+    holder: Option<&'a str>,
+}
+
+impl<'a> Unseen<'a> {
+    /// Armed for `holder`'s slots in `items` (none without a holder).
+    pub(super) fn new(
+        store: &'a Arc<dyn Store>,
+        items: &'a [Item],
+        holder: Option<&'a str>,
+    ) -> Self {
+        Self {
+            store,
+            items,
+            holder,
+        }
+    }
+
+    /// The answer arrived (or no call was made): a slot taken is held by
+    /// the [`Slot`] of the decision, not given back here.
+    pub(super) fn seen(mut self) {
+        self.holder = None;
+    }
+}
+
+impl Drop for Unseen<'_> {
+    fn drop(&mut self) {
+        let Some(holder) = self.holder.take() else {
+            return;
+        };
+        let items: Vec<Item> = self
+            .items
+            .iter()
+            .filter(|i| i.algorithm.is_concurrency())
+            .cloned()
+            .collect();
+        let Some(first) = items.first() else {
+            return;
+        };
+        let shard = self.store.shard_for(&first.key);
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            inflight::release_failed(&shard);
+            return;
+        };
+        let store = self.store.clone();
+        let holder = holder.to_owned();
+        rt.spawn(async move {
+            if let Err(e) = store.release(&items, &holder).await {
+                inflight::release_failed(&shard);
+                tracing::debug!(%shard, error = %e, "in-flight release of an unanswered decision failed; the slot comes back after its hold timeout");
+            }
+        });
     }
 }

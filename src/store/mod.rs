@@ -341,12 +341,16 @@ pub trait StoreObserver: Send + Sync + 'static {
 /// A new holder id for the in-flight slots of one request: a random
 /// per-process part and a counter, so ids never repeat across processes
 /// and never carry anything of the caller (no key, no identity).
+///
+/// The random part is mixed with the process id on every call: a process
+/// forked after its first id inherits the random number and the counter,
+/// and would otherwise make its parent's next ids.
 pub fn holder_id() -> String {
     use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU64, Ordering};
     static PROCESS: OnceLock<u64> = OnceLock::new();
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let process = *PROCESS.get_or_init(rand::random::<u64>);
+    let process = *PROCESS.get_or_init(rand::random::<u64>) ^ u64::from(std::process::id());
     format!("{process:016x}:{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
