@@ -27,18 +27,7 @@ pub(super) fn decide(
     now: Micros,
     cost: u64,
 ) -> Step {
-    let aligned = now - now % window;
-    let (start, count, last) = match state {
-        Some(State::Window { count, last_us, .. }) => {
-            let held = last_us - last_us % window;
-            if held >= aligned {
-                (held, *count, (*last_us).max(now))
-            } else {
-                (aligned, 0, now)
-            }
-        }
-        _ => (aligned, 0, now),
-    };
+    let (start, count, last) = current(window, state, now);
     let reset = start + window - now;
     // Saturating: a cost near u64::MAX (a decision service client sends
     // any) must be refused, never wrap round to a small sum and admit.
@@ -71,5 +60,25 @@ pub(super) fn decide(
             state: None,
             ttl_us: reset,
         }
+    }
+}
+
+/// The current window of a stored counter at `now`, read under `window`:
+/// its start, the units it counts and the latest admission. The stored
+/// units count in the window holding their latest admission (a later one
+/// stays current when the clock stepped back); an older window counts
+/// nothing. The decision and a settle read a window the same way.
+pub(super) fn current(window: u64, state: Option<&State>, now: Micros) -> (Micros, u64, Micros) {
+    let aligned = now - now % window;
+    match state {
+        Some(State::Window { count, last_us, .. }) => {
+            let held = last_us - last_us % window;
+            if held >= aligned {
+                (held, *count, (*last_us).max(now))
+            } else {
+                (aligned, 0, now)
+            }
+        }
+        _ => (aligned, 0, now),
     }
 }

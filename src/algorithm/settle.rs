@@ -112,18 +112,11 @@ fn tokens(
 ) -> Option<(State, u64)> {
     let cap = capacity as f64;
     let per_us = refill_per_second / MICROS_PER_SEC as f64;
-    let (stored, stored_last) = match state {
-        Some(State::Tokens {
-            tokens,
-            last_us,
-            capacity: was,
-        }) if *was != capacity => ((*tokens + (cap - *was as f64)).max(0.0), *last_us),
-        Some(State::Tokens {
-            tokens, last_us, ..
-        }) => (*tokens, *last_us),
+    let (stored, stored_last) = match super::token_bucket::stored(capacity, state) {
+        Some(held) => held,
         // A full bucket has nothing to take back.
-        _ if matches!(adjust, Adjust::Refund(_)) => return None,
-        _ => (cap, now),
+        None if matches!(adjust, Adjust::Refund(_)) => return None,
+        None => (cap, now),
     };
     let held = super::token_bucket::refill(cap, per_us, stored, stored_last, now);
     let last = stored_last.max(now);
@@ -167,18 +160,7 @@ fn fixed(
     charged_at: Micros,
     adjust: Adjust,
 ) -> Option<(State, u64)> {
-    let aligned = now - now % window;
-    let (start, count, last) = match state {
-        Some(State::Window { count, last_us, .. }) => {
-            let held = last_us - last_us % window;
-            if held >= aligned {
-                (held, *count, (*last_us).max(now))
-            } else {
-                (aligned, 0, now)
-            }
-        }
-        _ => (aligned, 0, now),
-    };
+    let (start, count, last) = super::fixed_window::current(window, state, now);
     if matches!(adjust, Adjust::Refund(_))
         && (count == 0 || start != charged_at - charged_at % window)
     {

@@ -41,17 +41,7 @@ pub(super) fn decide(
 ) -> Step {
     let cap = capacity as f64;
     let per_us = refill_per_second / MICROS_PER_SEC as f64;
-    let (stored, stored_last) = match state {
-        Some(State::Tokens {
-            tokens,
-            last_us,
-            capacity: was,
-        }) if *was != capacity => ((*tokens + (cap - *was as f64)).max(0.0), *last_us),
-        Some(State::Tokens {
-            tokens, last_us, ..
-        }) => (*tokens, *last_us),
-        _ => (cap, now),
-    };
+    let (stored, stored_last) = stored(capacity, state).unwrap_or((cap, now));
     let tokens = refill(cap, per_us, stored, stored_last, now);
     let last = stored_last.max(now);
     // Behind a refill time later than `now` (the clock stepped back) the
@@ -105,5 +95,26 @@ pub(super) fn decide(
             state: None,
             ttl_us: reset,
         }
+    }
+}
+
+/// The tokens a stored bucket holds and when they were counted, read under
+/// `capacity`: a bucket written under another capacity keeps what it was
+/// short of full (at least 0 tokens). `None` for no bucket (a fresh key).
+/// The decision and a settle read a bucket the same way.
+pub(super) fn stored(capacity: u64, state: Option<&State>) -> Option<(f64, Micros)> {
+    match state {
+        Some(State::Tokens {
+            tokens,
+            last_us,
+            capacity: was,
+        }) if *was != capacity => Some((
+            (*tokens + (capacity as f64 - *was as f64)).max(0.0),
+            *last_us,
+        )),
+        Some(State::Tokens {
+            tokens, last_us, ..
+        }) => Some((*tokens, *last_us)),
+        _ => None,
     }
 }
