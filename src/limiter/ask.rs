@@ -128,13 +128,7 @@ impl Limiter {
                 }
             });
         };
-        let mut shards: Vec<Arc<str>> = Vec::with_capacity(1);
-        for item in batch.items {
-            let shard = inner.store.shard_for(&item.key);
-            if !shards.contains(&shard) {
-                shards.push(shard);
-            }
-        }
+        let shards = self.shards_of(batch.items);
         // Guards, not bare permits: if this future is dropped (client gone,
         // timeout around the service) or panics before reporting, each
         // permit goes back, so a probe is never lost.
@@ -228,6 +222,19 @@ impl Limiter {
             }
             Change::None => {}
         }
+    }
+
+    /// The shards `items` live on, each once, in the order first met (one,
+    /// unless a cluster request spans slots).
+    pub(super) fn shards_of(&self, items: &[crate::store::Item]) -> Vec<Arc<str>> {
+        let mut shards: Vec<Arc<str>> = Vec::with_capacity(1);
+        for item in items {
+            let shard = self.inner.store.shard_for(&item.key);
+            if !shards.contains(&shard) {
+                shards.push(shard);
+            }
+        }
+        shards
     }
 
     /// Every shard's breaker state (empty for the memory store).

@@ -7,7 +7,6 @@
 //! (`ratewatch_settles_total{outcome="failed"}`) and leaves the limits as
 //! the decision charged them: the reserved units stay spent.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::Limiter;
@@ -90,13 +89,7 @@ impl Limiter {
         let Some(breakers) = &inner.breakers else {
             return inner.store.settle(settle).await;
         };
-        let mut shards: Vec<Arc<str>> = Vec::with_capacity(1);
-        for item in settle.items {
-            let shard = inner.store.shard_for(&item.key);
-            if !shards.contains(&shard) {
-                shards.push(shard);
-            }
-        }
+        let shards = self.shards_of(settle.items);
         let mut permits = Vec::with_capacity(shards.len());
         for shard in &shards {
             match breakers.enter(shard) {

@@ -88,11 +88,7 @@ pub(crate) fn settle_cmd(scripts: &Scripts, settle: &super::Settle<'_>, items: &
             .iter()
             .map(|i| i.key.len() + ITEM_BYTES)
             .sum::<usize>();
-    let mut cmd = evalsha(7 + 5 * items.len(), bytes);
-    cmd.arg(scripts.settle.get_hash()).arg(items.len());
-    for item in items {
-        cmd.arg(&item.key);
-    }
+    let mut cmd = keyed(&scripts.settle, items, 7 + 5 * items.len(), bytes);
     match settle.now {
         Some(now) => cmd.arg(now),
         None => cmd.arg(""),
@@ -112,14 +108,12 @@ pub(crate) fn settle_cmd(scripts: &Scripts, settle: &super::Settle<'_>, items: &
 /// `EVALSHA` of the release script for `holder`'s slots on `items` (one
 /// slot).
 pub(crate) fn release_cmd(scripts: &Scripts, items: &[&Item], holder: &str) -> Cmd {
-    let mut cmd = evalsha(
+    let mut cmd = keyed(
+        &scripts.release,
+        items,
         4 + items.len(),
         64 + items.iter().map(|i| i.key.len()).sum::<usize>(),
     );
-    cmd.arg(scripts.release.get_hash()).arg(items.len());
-    for item in items {
-        cmd.arg(&item.key);
-    }
     cmd.arg(holder);
     cmd
 }
@@ -127,14 +121,12 @@ pub(crate) fn release_cmd(scripts: &Scripts, items: &[&Item], holder: &str) -> C
 /// `EVALSHA` of the renewal script for `holder`'s slots on `items` (one
 /// slot), on the server's clock.
 pub(crate) fn renew_cmd(scripts: &Scripts, items: &[&Item], holder: &str) -> Cmd {
-    let mut cmd = evalsha(
+    let mut cmd = keyed(
+        &scripts.renew,
+        items,
         5 + 2 * items.len(),
         80 + items.iter().map(|i| i.key.len() + 16).sum::<usize>(),
     );
-    cmd.arg(scripts.renew.get_hash()).arg(items.len());
-    for item in items {
-        cmd.arg(&item.key);
-    }
     cmd.arg(holder).arg("");
     for item in items {
         let hold = match item.algorithm {
@@ -268,6 +260,17 @@ fn evalsha(args: usize, bytes: usize) -> Cmd {
     cmd
 }
 
+/// `EVALSHA` of `script` on the keys of `items`, with room for `args`
+/// arguments in `bytes`: the head every script call of one slot shares.
+fn keyed(script: &redis::Script, items: &[&Item], args: usize, bytes: usize) -> Cmd {
+    let mut cmd = evalsha(args, bytes);
+    cmd.arg(script.get_hash()).arg(items.len());
+    for item in items {
+        cmd.arg(&item.key);
+    }
+    cmd
+}
+
 /// Room for an item's key and the arguments that follow it.
 const ITEM_BYTES: usize = 64;
 
@@ -278,11 +281,7 @@ pub(crate) fn decide_cmd(scripts: &Scripts, batch: &Batch<'_>, items: &[&Item]) 
             .iter()
             .map(|i| i.key.len() + ITEM_BYTES)
             .sum::<usize>();
-    let mut cmd = evalsha(6 + 6 * items.len(), bytes);
-    cmd.arg(scripts.decide.get_hash()).arg(items.len());
-    for item in items {
-        cmd.arg(&item.key);
-    }
+    let mut cmd = keyed(&scripts.decide, items, 6 + 6 * items.len(), bytes);
     match batch.now {
         Some(now) => cmd.arg(now),
         None => cmd.arg(""),
