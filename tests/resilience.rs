@@ -17,6 +17,11 @@ use support::{RedisCluster, RedisServer};
 use tower::ServiceExt;
 
 const TIMEOUT: Duration = Duration::from_millis(50);
+/// How late an answer may be and still prove the store budget held: well
+/// under the Redis client's own 500 ms response timeout and 1 s connect
+/// timeout (what a call without the budget would wait for), and wide
+/// enough for a machine at load 8 to schedule 200 concurrent tasks.
+const PROMPT: Duration = Duration::from_millis(400);
 
 fn policy(store: StoreSettings, default: FailurePolicy, breaker_failures: u32) -> Policy {
     Policy::builder()
@@ -109,7 +114,7 @@ async fn a_killed_redis_gets_prompt_answers_by_policy() {
     redis.kill();
 
     let open = burst(&app, "GET", "/api/users", 10, 200).await;
-    let bound = TIMEOUT + Duration::from_millis(100);
+    let bound = PROMPT;
     for (status, took, headers) in &open {
         assert_eq!(*status, 200, "fail-open routes let traffic through");
         assert!(*took < bound, "answered in {took:?}, over {bound:?}");
@@ -190,7 +195,7 @@ async fn a_frozen_redis_trips_the_breaker_and_receives_no_calls_until_the_probe(
     for _ in 0..50 {
         let (status, took, _) = send(&app, "GET", "/api/users", "free_frozen").await;
         assert_eq!(status, 200);
-        assert!(took < TIMEOUT + Duration::from_millis(100));
+        assert!(took < PROMPT, "answered in {took:?}, over {PROMPT:?}");
     }
     // Without the breaker the 50 calls would wait 50 × 50 ms = 2.5 s.
     assert!(

@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use support::hammer::{Window, admitted_against_asked, hammer_keys, unix_us, windows};
+use support::hammer::{Window, admitted_against_asked, hammer_keys, odd_answers, unix_us, windows};
 use support::{Ratewatch, RedisServer};
 
 const CEILING: usize = 200;
@@ -132,10 +132,11 @@ async fn fifty_identities_at_twice_a_route_ceiling_lease_it_and_keep_every_limit
     let cfg = config(dir.path());
     let servers: Vec<Ratewatch> = (0..INSTANCES)
         .map(|_| {
-            Ratewatch::start(
+            Ratewatch::start_logged(
                 "serve",
                 Some(&cfg),
                 &[("RATEWATCH_REDIS_URL", &redis.url())],
+                &[],
             )
         })
         .collect();
@@ -159,9 +160,36 @@ async fn fifty_identities_at_twice_a_route_ceiling_lease_it_and_keep_every_limit
     // The ceiling: never over, and refusals only near it.
     let ws = windows(&shots, first, WINDOW_US, n);
     within_the_ceiling(&ws);
+    // Every answer is a decision: a 5xx would be a store call that failed
+    // (the timeout is 2 s, so a slow machine does not make one). A request
+    // that got no answer at all (the client's error: a connection the
+    // starved machine reset, its 10 s timeout) is the machine, not
+    // ratewatch: it is counted above as possibly admitted, and reported.
+    let odd = odd_answers(&shots);
+    let unanswered = odd.iter().filter(|o| o.contains("no answer")).count();
+    let warnings = || {
+        servers
+            .iter()
+            .flat_map(|s| {
+                s.log()
+                    .lines()
+                    .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+    };
     assert!(
         ws.iter().all(|w| w.other == 0),
-        "answers other than 200/429: {ws:#?}"
+        "answers other than 200/429: {odd:#?}; the servers warned: {:#?}",
+        warnings()
+    );
+    if unanswered > 0 {
+        eprintln!("{unanswered} requests got no answer: {odd:#?}");
+    }
+    assert!(
+        unanswered * 100 <= shots.len(),
+        "over 1% of requests got no answer: {odd:#?}"
     );
 
     // Leased: the route key is asked far less often than requests came.
@@ -227,10 +255,11 @@ async fn redis_killed_while_the_ceiling_is_leased_fails_closed_for_every_identit
     let cfg = config(dir.path());
     let servers: Vec<Ratewatch> = (0..INSTANCES)
         .map(|_| {
-            Ratewatch::start(
+            Ratewatch::start_logged(
                 "serve",
                 Some(&cfg),
                 &[("RATEWATCH_REDIS_URL", &redis.url())],
+                &[],
             )
         })
         .collect();

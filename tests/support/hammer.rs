@@ -21,7 +21,7 @@ pub fn unix_us() -> u64 {
 }
 
 /// One request and its answer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Shot {
     /// Which target it went to.
     pub target: usize,
@@ -30,8 +30,12 @@ pub struct Shot {
     /// When it was sent and answered, µs since the epoch.
     pub sent: u64,
     pub answered: u64,
-    /// HTTP status; 0 if the connection failed.
+    /// HTTP status; 0 if no answer came (see `error`).
     pub status: u16,
+    /// Why no answer came, when `status` is 0: the client's own error
+    /// (a refused or reset connection, its 10 s timeout on a starved
+    /// machine), not a decision.
+    pub error: Option<String>,
 }
 
 /// Sends GET `path` with header `x-api-key: key` to every target at
@@ -83,16 +87,18 @@ pub async fn hammer_keys(
                     (client.clone(), shots.clone(), url.clone(), keys[k].clone());
                 inflight.push(tokio::spawn(async move {
                     let sent = unix_us();
-                    let status = match client.get(&url).header("x-api-key", &key).send().await {
-                        Ok(r) => r.status().as_u16(),
-                        Err(_) => 0,
-                    };
+                    let (status, error) =
+                        match client.get(&url).header("x-api-key", &key).send().await {
+                            Ok(r) => (r.status().as_u16(), None),
+                            Err(e) => (0, Some(format!("{e:?}"))),
+                        };
                     shots.lock().push(Shot {
                         target,
                         key: k,
                         sent,
                         answered: unix_us(),
                         status,
+                        error,
                     });
                 }));
             }
@@ -124,8 +130,11 @@ pub struct Window {
     /// Requests of any answer sent and answered inside the window: what
     /// the load really asked of it, however fast the machine could send.
     pub asked_inside: usize,
-    /// Answers other than 200 and 429 touching the window.
+    /// HTTP answers other than 200 and 429 touching the window.
     pub other: usize,
+    /// Requests touching the window that got no answer (status 0): they
+    /// may have been admitted, so they count in `admitted_touching` too.
+    pub unanswered: usize,
 }
 
 /// Checks each window's admissions against its limit and what it was
@@ -187,11 +196,28 @@ pub fn windows(shots: &[Shot], first: u64, len: u64, n: usize) -> Vec<Window> {
                     200 if touching => w.admitted_touching += 1,
                     429 if inside => w.refused_inside += 1,
                     429 => {}
+                    0 if touching => {
+                        w.unanswered += 1;
+                        w.admitted_touching += 1;
+                    }
                     _ if touching => w.other += 1,
                     _ => {}
                 }
             }
             w
+        })
+        .collect()
+}
+
+/// Every shot answered with neither 200 nor 429, with what it got: the
+/// status, or the client's error when no answer came.
+pub fn odd_answers(shots: &[Shot]) -> Vec<String> {
+    shots
+        .iter()
+        .filter(|s| s.status != 200 && s.status != 429)
+        .map(|s| match &s.error {
+            Some(e) => format!("key {} to target {}: no answer: {e}", s.key, s.target),
+            None => format!("key {} to target {}: HTTP {}", s.key, s.target, s.status),
         })
         .collect()
 }
