@@ -1,13 +1,23 @@
 //! # ratewatch
 //!
-//! Observable rate limiting for axum and any tower HTTP service (tonic,
-//! hyper, `tower::service_fn`). A [`Limiter`]
-//! decides every limit of a request's tier and route together, atomically,
-//! in one call to its store: in process ([`store::MemoryStore`], the
-//! embedded default), one Redis node or a Redis Cluster (one EVALSHA of the
-//! `lua/` scripts, on the Redis clock). When Redis is slow or gone a per-route
-//! failure policy answers; every decision becomes a telemetry event that
-//! feeds Prometheus metrics, a fleet-wide view and the built-in dashboard.
+//! Observable rate limiting for Rust web services and everything in front
+//! of them. A [`Limiter`] decides every limit of a request's tier and route
+//! together, atomically, in one call to its store: in process
+//! ([`store::MemoryStore`], the embedded default), or one shared count in
+//! Redis, a Redis Cluster or a Sentinel deployment (one EVALSHA of the
+//! `lua/` scripts, on the Redis clock). When Redis is slow or gone a
+//! per-route failure policy answers; every decision becomes a telemetry
+//! event that feeds Prometheus metrics, a fleet-wide view and the built-in
+//! dashboard.
+//!
+//! There are three ways in; the guide (`docs/` in the repository) has a
+//! chapter for each.
+//!
+//! ## 1. Embed the middleware in axum or tonic
+//!
+//! [`Limiter::layer`] is a tower layer for an axum router, a tonic server
+//! (feature `tonic`) or any tower HTTP service; it answers 429 (gRPC
+//! `RESOURCE_EXHAUSTED`) with the standard rate-limit headers.
 //!
 //! ```no_run
 //! use axum::{Router, routing::get};
@@ -21,6 +31,28 @@
 //!     .route("/metrics", get(limiter.metrics_handler()));
 //! # Ok(()) }
 //! ```
+//!
+//! ## 2. Ask the decision service from Envoy or any language
+//!
+//! `ratewatch serve --grpc-listen ADDR` (feature `server`) answers Envoy's
+//! rate limit service protocol and reads envoyproxy/ratelimit's YAML;
+//! `POST /v1/decide` answers any language over HTTP. In Rust the same
+//! service is `service::RateLimitService` (feature `rls`), and
+//! [`Limiter::decide_groups`] decides several groups of limits (an RLS
+//! request's descriptors) in one atomic store call.
+//!
+//! ## 3. Watch it: the dashboard, Grafana boards and alerts
+//!
+//! [`Limiter::metrics_handler`] serves Prometheus metrics with bounded
+//! labels (see [`telemetry::metrics`]), `Limiter::dashboard` (feature
+//! `dashboard`) the built-in page, which shows the whole fleet from Redis;
+//! `dashboards/` in the repository ships Grafana boards and alert rules
+//! matching those metrics, each alert with a runbook. Every decision is
+//! also one `tracing` span, `ratewatch.decision`.
+//!
+//! Requests can cost what they use and be settled after the response
+//! ([`Limiter::reserve`], [`Meter`], [`Usage`]), and in-flight limits hold
+//! a [`Slot`] while a request runs.
 //!
 //! ## The public API
 //!
@@ -62,8 +94,10 @@
 //! - `tls`: `rediss://` for every Redis store kind (rustls, ring).
 //! - `tonic`: tonic's body as one the layer answers in, for
 //!   `tonic::transport::Server::builder().layer(limiter.layer())`.
+//! - `rls`: the decision service, `service` (Envoy's rate limit service
+//!   over gRPC, `POST /json`, `POST /v1/decide`).
 //! - `server`: the binary's command line, logging and demo server, with
-//!   `redis-store` and `dashboard`; an embedding app leaves it off.
+//!   `redis-store`, `dashboard` and `rls`; an embedding app leaves it off.
 //!
 //! A tower service that is not an axum router, with no axum in sight:
 //!
@@ -120,7 +154,49 @@ pub use limiter::{
 pub use policy::{Limit, Policy, RouteRule, Tier};
 pub use resilience::BreakerState;
 
-/// The README's code blocks, compiled and run as doc tests.
+/// The README's and the guide's code blocks, compiled and run as doc
+/// tests (`tests/docs.rs` checks that every page with a Rust block is
+/// here).
 #[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-struct ReadmeDoctests;
+mod guide {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/embedding.md")]
+    struct Embedding;
+    #[doc = include_str!("../docs/identity.md")]
+    struct Identity;
+    #[doc = include_str!("../docs/units.md")]
+    struct Units;
+    #[doc = include_str!("../docs/decision-service.md")]
+    struct DecisionService;
+    #[doc = include_str!("../docs/reloads.md")]
+    struct Reloads;
+    #[doc = include_str!("../docs/configuration.md")]
+    struct Configuration;
+    #[doc = include_str!("../docs/headers.md")]
+    struct Headers;
+    #[doc = include_str!("../docs/stores.md")]
+    struct Stores;
+    #[doc = include_str!("../docs/leases.md")]
+    struct Leases;
+    #[doc = include_str!("../docs/observability.md")]
+    struct Observability;
+    #[doc = include_str!("../docs/security.md")]
+    struct Security;
+    #[doc = include_str!("../docs/server.md")]
+    struct Server;
+    #[doc = include_str!("../docs/migrating-from-envoy-ratelimit.md")]
+    struct Migrating;
+    #[doc = include_str!("../docs/performance.md")]
+    struct Performance;
+    #[doc = include_str!("../docs/operations.md")]
+    struct Operations;
+    #[doc = include_str!("../docs/redis-memory.md")]
+    struct RedisMemory;
+    #[doc = include_str!("../docs/layout.md")]
+    struct Layout;
+    #[doc = include_str!("../docs/index.md")]
+    struct Index;
+    #[doc = include_str!("../CHANGELOG.md")]
+    struct Changelog;
+}
