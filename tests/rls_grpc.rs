@@ -37,6 +37,10 @@ descriptors:
   - key: free
     rate_limit:
       unlimited: true
+  - key: twice
+    rate_limit:
+      unit: hour
+      requests_per_unit: 5
 "#;
 
 /// A policy directory: `ratewatch.toml` (store `store`, `[rls]
@@ -288,6 +292,101 @@ async fn decides_like_envoyproxy_ratelimit_but_all_or_nothing(c: &Channel, tag: 
     let r = ask(c, other).await.expect("answer");
     assert_eq!(r.overall_code, OK);
     assert_eq!(r.statuses.len(), 2);
+}
+
+/// A descriptor sent twice in one request (Envoy sends a route's and its
+/// virtual host's) names one counter twice: each copy is charged, in
+/// order, inside the one atomic call, as envoyproxy/ratelimit charges it;
+/// a check-only copy (addend 0) reports what the charged one left.
+async fn every_copy_of_a_repeated_descriptor_is_charged(c: &Channel, tag: &str) {
+    let with = |value: &str, addend: u64| {
+        let mut d = descriptor(&[("twice", value)]);
+        d.hits_addend = Some(UInt64Value { value: addend });
+        d
+    };
+    // [k +1, k +0] at 5 an hour: 5 of 100 pass, not 100.
+    let k = format!("check-{tag}");
+    let mut admitted = 0;
+    for _ in 0..100 {
+        let r = ask(c, request(vec![with(&k, 1), with(&k, 0)]))
+            .await
+            .expect("answer");
+        assert_eq!(r.statuses.len(), 2);
+        if r.overall_code == OK {
+            admitted += 1;
+            let left = 5 - admitted;
+            assert_eq!(r.statuses[0].limit_remaining, left);
+            assert_eq!(
+                r.statuses[1].limit_remaining, left,
+                "the check sees the charge"
+            );
+        } else {
+            assert_eq!(r.statuses[0].code, OVER);
+        }
+    }
+    assert_eq!(admitted, 5, "[k +1, k +0] charges 1 per request");
+
+    // [k +1, k +1] charges 2: twice (2, 4), then 6 > 5 is refused and
+    // charges neither copy, so one more single hit still fits.
+    let k = format!("pair-{tag}");
+    for left in [(4, 3), (2, 1)] {
+        let r = ask(c, request(vec![with(&k, 1), with(&k, 1)]))
+            .await
+            .expect("answer");
+        assert_eq!(r.overall_code, OK);
+        let got = (r.statuses[0].limit_remaining, r.statuses[1].limit_remaining);
+        assert_eq!(got, left);
+    }
+    let r = ask(c, request(vec![with(&k, 1), with(&k, 1)]))
+        .await
+        .expect("answer");
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!((r.statuses[0].code, r.statuses[1].code), (OK, OVER));
+    let r = ask(c, request(vec![descriptor(&[("twice", &k)])]))
+        .await
+        .expect("answer");
+    assert_eq!(r.overall_code, OK, "the refused pair charged nothing");
+    assert_eq!(r.statuses[0].limit_remaining, 0);
+    let r = ask(c, request(vec![descriptor(&[("twice", &k)])]))
+        .await
+        .expect("answer");
+    assert_eq!(r.overall_code, OVER);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_descriptor_is_charged_once_per_copy_on_the_memory_store() {
+    let dir = policy_dir("", "open");
+    let (_limiter, c) = library_server(dir.path()).await;
+    every_copy_of_a_repeated_descriptor_is_charged(&c, "memory").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_descriptor_is_charged_once_per_copy_on_redis_in_one_script_call() {
+    let redis = RedisServer::start();
+    let dir = policy_dir(&redis_store(&redis.url()), "open");
+    let (_limiter, c) = library_server(dir.path()).await;
+    let before = redis.command_calls("evalsha");
+    every_copy_of_a_repeated_descriptor_is_charged(&c, "redis").await;
+    assert_eq!(
+        redis.command_calls("evalsha") - before,
+        100 + 3 + 2,
+        "one script call per request"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_descriptor_is_charged_once_per_copy_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let nodes = cluster
+        .urls()
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let store = format!("[store]\nkind = \"redis-cluster\"\nnodes = [{nodes}]\ntimeout_ms = 200\n");
+    let dir = policy_dir(&store, "open");
+    let (_limiter, c) = library_server(dir.path()).await;
+    every_copy_of_a_repeated_descriptor_is_charged(&c, "cluster").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

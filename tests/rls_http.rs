@@ -28,10 +28,17 @@ descriptors:
 "#;
 
 fn policy(extra: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    policy_on("", extra)
+}
+
+/// [`policy`] on the store `store` (a `[store]` section, or "" for memory).
+fn policy_on(store: &str, extra: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(dir.path().join("edge.yaml"), EDGE_YAML).expect("yaml");
     let toml = format!(
         r#"
+{store}
+
 [identity]
 default_tier = "free"
 anonymous_tier = "free"
@@ -57,6 +64,10 @@ envoy_configs = ["edge.yaml"]
 }
 
 async fn app(extra: &str) -> (tempfile::TempDir, Limiter) {
+    app_on("", extra).await
+}
+
+async fn app_on(store: &str, extra: &str) -> (tempfile::TempDir, Limiter) {
     // The rules count in minute windows aligned to the epoch: keep a test
     // clear of a window's end, where its counts would reset.
     let into = std::time::SystemTime::now()
@@ -70,7 +81,7 @@ async fn app(extra: &str) -> (tempfile::TempDir, Limiter) {
         ))
         .await;
     }
-    let (dir, file) = policy(extra);
+    let (dir, file) = policy_on(store, extra);
     let limiter = Limiter::from_config_file(&file).await.expect("limiter");
     (dir, limiter)
 }
@@ -131,6 +142,60 @@ async fn json_answers_200_then_429_in_proto3_json() {
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(v["overallCode"], "OVER_LIMIT");
     assert_eq!(v["statuses"][0]["code"], "OVER_LIMIT");
+}
+
+/// `[k +1, k +0]` through `POST /json` at 1 an hour: the first request
+/// is charged (its check-only copy reports the charge), every later one is
+/// refused; a request of `[k +1, k +1]` can never pass.
+async fn json_charges_every_copy_of_a_repeated_descriptor(limiter: &Limiter, tag: &str) {
+    let body = |value: &str, addends: &[u64]| {
+        let descriptors: Vec<Value> = addends
+            .iter()
+            .map(|a| {
+                json!({"entries": [{"key": "tight", "value": value}], "hitsAddend": a.to_string()})
+            })
+            .collect();
+        json!({"domain": "edge", "descriptors": descriptors}).to_string()
+    };
+    let k = format!("check-{tag}");
+    let mut admitted = 0;
+    for _ in 0..20 {
+        let (status, _, v) = post(limiter, LOCAL, "/json", &body(&k, &[1, 0]), None).await;
+        if status == StatusCode::OK {
+            admitted += 1;
+            assert_eq!(v["statuses"][1]["code"], "OK", "{v}");
+            assert!(v["statuses"][1].get("limitRemaining").is_none(), "{v}");
+        } else {
+            assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{v}");
+            assert_eq!(v["statuses"][0]["code"], "OVER_LIMIT", "{v}");
+        }
+    }
+    assert_eq!(admitted, 1, "one hit an hour, charged by the first copy");
+    let k = format!("pair-{tag}");
+    let (status, _, v) = post(limiter, LOCAL, "/json", &body(&k, &[1, 1]), None).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert_eq!(v["statuses"][0]["code"], "OK", "{v}");
+    assert_eq!(v["statuses"][1]["code"], "OVER_LIMIT", "{v}");
+    // Refused whole: the single hit still fits.
+    let (status, _, v) = post(limiter, LOCAL, "/json", &body(&k, &[1]), None).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+}
+
+#[tokio::test]
+async fn json_charges_every_copy_of_a_repeated_descriptor_on_the_memory_store() {
+    let (_dir, limiter) = app("").await;
+    json_charges_every_copy_of_a_repeated_descriptor(&limiter, "memory").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_charges_every_copy_of_a_repeated_descriptor_on_redis() {
+    let redis = support::RedisServer::start();
+    let store = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout_ms = 2000\n",
+        redis.url()
+    );
+    let (_dir, limiter) = app_on(&store, "").await;
+    json_charges_every_copy_of_a_repeated_descriptor(&limiter, "redis").await;
 }
 
 #[tokio::test]
