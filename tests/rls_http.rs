@@ -25,6 +25,9 @@ descriptors:
     rate_limit:
       unit: hour
       requests_per_unit: 1
+  - key: free
+    rate_limit:
+      unlimited: true
 "#;
 
 fn policy(extra: &str) -> (tempfile::TempDir, std::path::PathBuf) {
@@ -108,6 +111,15 @@ async fn post(
     let bytes = res.into_body().collect().await.unwrap().to_bytes();
     let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     (status, headers, value)
+}
+
+/// A request of one descriptor no rule matches, in `path`'s form.
+fn unmatched(path: &str) -> &'static str {
+    if path == "/json" {
+        r#"{"domain":"edge","descriptors":[{"entries":[{"key":"nobody","value":"x"}]}]}"#
+    } else {
+        r#"{"domain":"edge","descriptors":[{"nobody":"x"}]}"#
+    }
 }
 
 const LOCAL: &str = "127.0.0.1:5000";
@@ -198,6 +210,65 @@ async fn json_charges_every_copy_of_a_repeated_descriptor_on_redis() {
     json_charges_every_copy_of_a_repeated_descriptor(&limiter, "redis").await;
 }
 
+/// As envoyproxy/ratelimit's proto3 JSON parser: a field the message
+/// does not have is refused with 400 naming it, at every level (a misspelt
+/// `hitsAdend` must not pass for a request that charges the default); an
+/// empty domain or descriptor list is refused too; an unlimited rule
+/// reports all of u32 left.
+#[tokio::test]
+async fn json_refuses_unknown_fields_and_empty_requests_like_envoyproxy_ratelimit() {
+    let (_dir, limiter) = app("").await;
+    for (body, field) in [
+        (
+            r#"{"domain":"edge","descriptors":[{"entries":[{"key":"tight","value":"u"}]}],"hitsAdend":"0"}"#,
+            "hitsAdend",
+        ),
+        (
+            r#"{"domain":"edge","descriptors":[{"entries":[{"key":"tight","value":"u"}],"hits":0}]}"#,
+            "hits",
+        ),
+        (
+            r#"{"domain":"edge","descriptors":[{"entries":[{"key":"tight","value":"u","extra":1}]}]}"#,
+            "extra",
+        ),
+        (
+            r#"{"domain":"edge","descriptors":[{"entries":[{"key":"tight","value":"u"}],"limit":{"requestsPerUnit":5,"unit":"HOUR","per":1}}]}"#,
+            "per",
+        ),
+    ] {
+        let (status, _, v) = post(&limiter, LOCAL, "/json", body, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {v}");
+        let error = v["error"].as_str().unwrap_or_default();
+        assert!(error.contains(&format!("\"{field}\"")), "{error}");
+    }
+    // Nothing of the refused requests was charged.
+    let one = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"tight","value":"u"}]}]}"#;
+    let (status, _, v) = post(&limiter, LOCAL, "/json", one, None).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    for (body, message) in [
+        (
+            r#"{"descriptors":[{"entries":[{"key":"tight","value":"u"}]}]}"#,
+            "rate limit domain must not be empty",
+        ),
+        (
+            r#"{"domain":"edge"}"#,
+            "rate limit descriptor list must not be empty",
+        ),
+        (
+            r#"{"domain":"edge","descriptors":[]}"#,
+            "rate limit descriptor list must not be empty",
+        ),
+    ] {
+        let (status, _, v) = post(&limiter, LOCAL, "/json", body, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {v}");
+        assert_eq!(v["error"], message);
+    }
+    let free = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"free","value":"u"}]}]}"#;
+    let (status, _, v) = post(&limiter, LOCAL, "/json", free, None).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["statuses"][0]["limitRemaining"], 4_294_967_295u64, "{v}");
+}
+
 #[tokio::test]
 async fn json_refuses_malformed_requests_with_400() {
     let (_dir, limiter) = app("").await;
@@ -215,8 +286,8 @@ async fn json_refuses_malformed_requests_with_400() {
 #[tokio::test]
 async fn both_endpoints_answer_loopback_only_without_a_token() {
     let (_dir, limiter) = app("").await;
-    let body = r#"{"domain":"edge","descriptors":[]}"#;
     for path in ["/json", "/v1/decide"] {
+        let body = unmatched(path);
         let (status, _, _) = post(&limiter, REMOTE, path, body, None).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{path}");
         let (status, _, _) = post(&limiter, LOCAL, path, body, None).await;
@@ -227,8 +298,8 @@ async fn both_endpoints_answer_loopback_only_without_a_token() {
 #[tokio::test]
 async fn with_a_token_every_caller_needs_it_and_remote_ones_may_come() {
     let (_dir, limiter) = app(r#"token = "s3cret-0123456789abcdef""#).await;
-    let body = r#"{"domain":"edge","descriptors":[]}"#;
     for path in ["/json", "/v1/decide"] {
+        let body = unmatched(path);
         for peer in [LOCAL, REMOTE] {
             let (status, _, _) = post(&limiter, peer, path, body, None).await;
             assert_eq!(status, StatusCode::UNAUTHORIZED, "{path} {peer}");

@@ -144,6 +144,9 @@ async fn json_handler(State(service): State<RateLimitService>, req: Request) -> 
     if let Err(e) = request.check_size() {
         return bad_request("json", format!("invalid RateLimitRequest: {e}"));
     }
+    if let Err(e) = request.check_required() {
+        return bad_request("json", e);
+    }
     match service.decide(&request, "json").await {
         Ok(answer) => {
             let status = if answer.over_limit {

@@ -133,4 +133,13 @@ pub struct DescriptorRule {
     pub mode: Option<LeaseMode>,
     /// Accepted from YAML; metric labels stay the bounded `label` anyway.
     pub detailed_metric: bool,
+    /// envoyproxy/ratelimit's `requests_per_unit: 0` (its deny-list
+    /// idiom): every charge of the descriptor is refused, a check
+    /// (addend 0) passes; `unit` says the window reported.
+    pub deny: bool,
+    /// Native: the rule's charges (addend above 0) arrive after the
+    /// response (Envoy's `apply_on_stream_done` entry reporting the tokens
+    /// used): they always land, past the limit as capped debt, and a check
+    /// (addend 0) refuses once the counter is past its limit.
+    pub apply_on_stream_done: bool,
 }
