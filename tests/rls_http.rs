@@ -547,3 +547,83 @@ async fn the_dashboard_shows_blocked_and_hot_descriptors_masked_like_keys() {
         v["hot_keys"]
     );
 }
+
+/// A policy whose `[identity] unmatched_keys` is `unmatched`: tier `paid`
+/// for `paid_` keys, `free` (2 an hour) for the anonymous caller, and a
+/// native domain resolving `api_key` values to tiers.
+async fn unmatched_app(unmatched: &str) -> (tempfile::TempDir, Limiter) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let toml = format!(
+        r#"
+[identity]
+default_tier = "paid"
+anonymous_tier = "free"
+unmatched_keys = "{unmatched}"
+
+[[tiers]]
+name = "paid"
+match_prefix = "paid_"
+limits = [{{ name = "burst", algorithm = "fixed_window", limit = 50, window = "1h" }}]
+
+[[tiers]]
+name = "free"
+limits = [{{ name = "burst", algorithm = "fixed_window", limit = 2, window = "1h" }}]
+
+[[rls.domains]]
+name = "api"
+
+[[rls.domains.rules]]
+descriptor = ["api_key"]
+tier_from = "api_key"
+"#
+    );
+    let file = dir.path().join("ratewatch.toml");
+    std::fs::write(&file, toml).expect("toml");
+    let limiter = Limiter::from_config_file(&file).await.expect("limiter");
+    (dir, limiter)
+}
+
+/// `unmatched_keys = "reject"`: a key that names no tier is refused by
+/// `/v1/decide` with the middleware's 401, and a `tier_from` value that
+/// names none is OVER_LIMIT; a key of a tier is decided as before.
+#[tokio::test]
+async fn decide_and_tier_from_refuse_a_key_of_no_tier_when_unmatched_keys_rejects() {
+    let (_dir, limiter) = unmatched_app("reject").await;
+    let key = |k: &str| json!({"key": k, "route": "/api/users"}).to_string();
+    let (status, _, v) = post(&limiter, LOCAL, "/v1/decide", &key("invented"), None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{v}");
+    let (status, _, v) = post(&limiter, LOCAL, "/v1/decide", &key("paid_k"), None).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["tier"], "paid");
+    let desc = |k: &str| json!({"domain": "api", "descriptors": [{"api_key": k}]}).to_string();
+    let (status, _, v) = post(&limiter, LOCAL, "/v1/decide", &desc("invented"), None).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert_eq!(v["statuses"][0]["code"], "OVER_LIMIT", "{v}");
+    let (status, _, v) = post(&limiter, LOCAL, "/v1/decide", &desc("paid_k"), None).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+}
+
+/// `unmatched_keys = "anonymous"`: keys that name no tier are the one
+/// anonymous caller, so inventing keys mints no quota, by key and by
+/// `tier_from` alike.
+#[tokio::test]
+async fn decide_and_tier_from_count_keys_of_no_tier_as_one_anonymous_caller() {
+    let (_dir, limiter) = unmatched_app("anonymous").await;
+    let key = |k: &str| json!({"key": k, "route": "/api/users"}).to_string();
+    let mut by_key = Vec::new();
+    for k in ["made_up_1", "made_up_2", "made_up_3"] {
+        let (status, _, v) = post(&limiter, LOCAL, "/v1/decide", &key(k), None).await;
+        assert_eq!(v["tier"], "free", "{v}");
+        by_key.push(status.as_u16());
+    }
+    assert_eq!(by_key, [200, 200, 429], "one anonymous quota of 2");
+    let desc = |k: &str| json!({"domain": "api", "descriptors": [{"api_key": k}]}).to_string();
+    let mut by_descriptor = Vec::new();
+    for k in ["made_up_4", "made_up_5", "made_up_6"] {
+        let (status, _, _) = post(&limiter, LOCAL, "/v1/decide", &desc(k), None).await;
+        by_descriptor.push(status.as_u16());
+    }
+    assert_eq!(by_descriptor, [200, 200, 429], "one anonymous quota of 2");
+    let (status, _, v) = post(&limiter, LOCAL, "/v1/decide", &desc("paid_k"), None).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+}

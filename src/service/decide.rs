@@ -161,10 +161,26 @@ impl RateLimitService {
         // `tier_from`: the entry's value is resolved to a tier as API keys
         // are, under the same policy generation.
         let parts = http::Request::new(()).into_parts().0;
-        let tier_limits = |value: &str| -> Vec<Limit> {
+        let tier_limits = |value: &str| -> TierLimits {
             let identity = Identity::new(IdentityKind::ApiKey, value);
-            let tier = snapshot.resolve_tier(&identity, &parts);
-            policy
+            let resolved = snapshot.resolve_tier(&identity, &parts);
+            // A value that names no tier follows `[identity]
+            // unmatched_keys`, as a key in a header does; a value of a tier
+            // (the anonymous one included) keeps its own counters, as every
+            // descriptor value does.
+            let (tier, shared) = match snapshot.caller_of(identity, &parts) {
+                // Made the anonymous caller for naming no tier: every such
+                // value on one counter, so invented keys mint no quota.
+                Ok(c)
+                    if c.identity.kind() == IdentityKind::Ip
+                        && resolved != policy.identity.anonymous_tier =>
+                {
+                    (c.tier, true)
+                }
+                Ok(_) => (resolved, false),
+                Err(_) => return TierLimits::Refused,
+            };
+            let limits = policy
                 .tiers
                 .iter()
                 .find(|t| t.name == tier)
@@ -182,7 +198,8 @@ impl RateLimitService {
                         })
                         .collect()
                 })
-                .unwrap_or_default()
+                .unwrap_or_default();
+            TierLimits::Tier { limits, shared }
         };
         let plans = plan(domain, request, &tier_limits);
         // One failure policy per call: the strictest any decided rule asks
@@ -395,11 +412,20 @@ fn answer(
     }
 }
 
+/// What a `tier_from` value adds to its rule.
+enum TierLimits {
+    /// The limits of the tier the value resolves to; `shared`: the value
+    /// counts as the anonymous caller, one counter for every such value.
+    Tier { limits: Vec<Limit>, shared: bool },
+    /// The value names no tier and `[identity] unmatched_keys` rejects it.
+    Refused,
+}
+
 /// The descriptor's plan in `domain` (none: an unknown domain).
 fn plan(
     domain: Option<&Domain>,
     request: &RlsRequest,
-    tier_limits: &dyn Fn(&str) -> Vec<Limit>,
+    tier_limits: &dyn Fn(&str) -> TierLimits,
 ) -> Vec<Plan> {
     let default_cost = u64::from(request.hits_addend.max(1));
     let Some(domain) = domain else {
@@ -447,9 +473,9 @@ fn descriptor_plan(
     rule: Option<&DescriptorRule>,
     replaced: &[&Arc<str>],
     default_cost: u64,
-    tier_limits: &dyn Fn(&str) -> Vec<Limit>,
+    tier_limits: &dyn Fn(&str) -> TierLimits,
 ) -> Plan {
-    let identity = descriptor_identity(domain, d);
+    let mut identity = descriptor_identity(domain, d);
     let shown = d
         .entries
         .iter()
@@ -505,7 +531,23 @@ fn descriptor_plan(
     }
     if let Some(key) = &rule.tier {
         if let Some((_, value)) = d.entries.iter().find(|(k, _)| **k == **key) {
-            limits.extend(tier_limits(value));
+            match tier_limits(value) {
+                TierLimits::Tier {
+                    limits: tier,
+                    shared,
+                } => {
+                    if shared {
+                        identity = format!("{domain}\u{0}{}\u{0}anonymous", rule.label);
+                    }
+                    limits.extend(tier);
+                }
+                // `unmatched_keys = "reject"`: refused as a deny rule is.
+                TierLimits::Refused => limits.push(Limit::fixed_window(
+                    "unmatched_key",
+                    0,
+                    Duration::from_secs(1),
+                )),
+            }
         }
     }
     if rule.unlimited || limits.is_empty() || is_replaced {
