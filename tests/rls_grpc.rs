@@ -562,10 +562,26 @@ limits = [{{ name = "tpm", algorithm = "fixed_window", limit = 100, window = "1h
         "a charge after the response is never refused"
     );
     assert_eq!(r.statuses[0].limit_remaining, 0);
-    // 130 of 100 used: the next request's check refuses.
+    // 130 of 100 used: the next request's check refuses, whether it
+    // checks only (an explicit 0) or comes as Envoy's request-time entry
+    // sends it, with no addend at all (decided at 1, not forced).
     let r = ask(&c, llm(0)).await.expect("answer");
     assert_eq!(r.overall_code, OVER);
     assert_eq!(r.statuses[0].limit_remaining, 0);
+    let plain = RateLimitRequest {
+        domain: "llm".into(),
+        descriptors: vec![descriptor(&[("api_key", "k1")])],
+        hits_addend: 0,
+    };
+    assert_eq!(
+        ask(&c, plain.clone()).await.expect("answer").overall_code,
+        OVER
+    );
+    // Another caller's request with no addend is an ordinary hit of 1.
+    let mut fresh = plain;
+    fresh.descriptors = vec![descriptor(&[("api_key", "k2")])];
+    let r = ask(&c, fresh).await.expect("answer");
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 99));
     // The debt is capped (twice the limit): a hostile report of u64::MAX
     // tokens neither wraps the counter nor locks the key for longer.
     let r = ask(&c, llm(u64::MAX)).await.expect("answer");

@@ -462,7 +462,14 @@ fn plan(
         .iter()
         .zip(rules)
         .map(|(d, rule)| {
-            descriptor_plan(&domain.name, d, rule, &replaced, default_cost, tier_limits)
+            descriptor_plan(
+                &domain.name,
+                d,
+                rule,
+                &replaced,
+                (default_cost, request.hits_addend > 0),
+                tier_limits,
+            )
         })
         .collect()
 }
@@ -472,7 +479,7 @@ fn descriptor_plan(
     d: &RlsDescriptor,
     rule: Option<&DescriptorRule>,
     replaced: &[&Arc<str>],
-    default_cost: u64,
+    (default_cost, addend_given): (u64, bool),
     tier_limits: &dyn Fn(&str) -> TierLimits,
 ) -> Plan {
     let mut identity = descriptor_identity(domain, d);
@@ -566,7 +573,11 @@ fn descriptor_plan(
         identity,
         shown,
         failure: rule.on_store_failure,
-        lands: rule.apply_on_stream_done && cost > 0,
+        // Only an addend the caller sent (the tokens Envoy's stream-done
+        // entry reports) is forced: Envoy's request-time check arrives
+        // with no addend at all (charging 1, refused once nothing is
+        // left) or with an explicit 0 (checking only).
+        lands: rule.apply_on_stream_done && cost > 0 && (d.hits_addend.is_some() || addend_given),
     }
 }
 
