@@ -627,3 +627,37 @@ async fn decide_and_tier_from_count_keys_of_no_tier_as_one_anonymous_caller() {
     let (status, _, v) = post(&limiter, LOCAL, "/v1/decide", &desc("paid_k"), None).await;
     assert_eq!(status, StatusCode::OK, "{v}");
 }
+
+/// The README's export rule (a GCRA of burst 10 and a daily quota):
+/// `[k +10, k +0]` charges 10 per request, so a burst of 100 such
+/// requests gets about one through, not all of them.
+#[tokio::test]
+async fn a_heavy_descriptor_sent_twice_is_charged_and_refused_like_a_single_one() {
+    let native = r#"
+[[rls.domains]]
+name = "api"
+
+[[rls.domains.rules]]
+descriptor = ["generic_key=export", "api_key"]
+name = "export"
+cost = 5
+limits = [
+  { name = "steady", algorithm = "gcra", rate_per_second = 2.0, burst = 10 },
+  { name = "daily", algorithm = "fixed_window", limit = 500, window = "1d" },
+]
+"#;
+    let (_dir, limiter) = app(native).await;
+    let d = |addend: u64| {
+        json!({"entries": [{"key": "generic_key", "value": "export"}, {"key": "api_key", "value": "k"}],
+               "hitsAddend": addend})
+    };
+    let body = json!({"domain": "api", "descriptors": [d(10), d(0)]}).to_string();
+    let mut admitted = 0;
+    for _ in 0..100 {
+        let (status, _, _) = post(&limiter, LOCAL, "/json", &body, None).await;
+        admitted += usize::from(status == StatusCode::OK);
+    }
+    // A burst of 10 and 2 a second: one request of 10 now, and one more
+    // per 5 s the loop might take on a loaded machine.
+    assert!((1..=4).contains(&admitted), "{admitted} of 100 admitted");
+}

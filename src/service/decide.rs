@@ -5,15 +5,21 @@
 //! or decided by the limit the proxy sent with it. Every descriptor that
 //! has limits becomes one group of [`Limiter::decide_groups`], so the whole
 //! request is ONE atomic store call: all or nothing, a refused request
-//! charges nothing.
+//! charges nothing. A descriptor repeated in a request names its counter
+//! once per copy: each copy is charged, in order, inside that call. The
+//! one exception is a charge of an `apply_on_stream_done` rule, forced
+//! through [`Limiter::charge_groups`] before the decision (which then only
+//! reports it).
 //!
 //! Status per descriptor, in request order:
-//! - no rule, an unknown domain, an `unlimited` rule, or a rule replaced by
-//!   another matched rule's `replaces`: OK, no `current_limit`, nothing
-//!   counted;
+//! - no rule, an unknown domain, or a rule replaced by another matched
+//!   rule's `replaces`: OK, no `current_limit`, nothing counted;
+//! - an `unlimited` rule: the same, with `limit_remaining` 4294967295 (as
+//!   envoyproxy/ratelimit reports it);
 //! - a shadow rule: decided and counted like any other, but always OK;
 //! - otherwise OK or OVER_LIMIT, with `current_limit`, `limit_remaining`
-//!   and `duration_until_reset` of the rule's most constraining limit.
+//!   (0 when OVER_LIMIT) and `duration_until_reset` of the rule's most
+//!   constraining limit; `requests_per_unit: 0` is a window of nothing.
 //!
 //! Limits that are not windows are reported honestly, not as windows they
 //! are not: `requests_per_unit` is the limit's quota (a token bucket's
