@@ -7,7 +7,13 @@
 --                limit i is asked for ARGV[3+5n+i] units (n limits), so
 --                the groups of one decision-service request keep their
 --                own costs (0 checks without charging)
--- ARGV[3]        '1' to peek (decide, write nothing), else '0'
+-- ARGV[3]        '1' to peek (decide, write nothing), '0' to charge, or
+--                'r' to charge a call in which a key appears more than
+--                once (the same counter named by several limits): each
+--                limit's state is written as soon as it is decided, so a
+--                later limit of its key decides on it and every copy is
+--                charged in order; if the call does not admit, every key
+--                written is put back as it was (DUMP before, RESTORE after)
 -- ARGV[4+5(i-1)] limit i: algorithm name (token_bucket, sliding_window,
 --                sliding_log, fixed_window, gcra, leaky_bucket,
 --                concurrency)
@@ -50,6 +56,11 @@ elseif ARGV[2] ~= '1' then
   cost = tonumber(ARGV[2])
 end
 local peek = ARGV[3] == '1'
+-- Only a call whose keys repeat (rare) writes as it decides: W keeps what
+-- each limit's write answered, SAVED each written key's former value.
+local chain = ARGV[3] == 'r'
+local W, SAVED
+if chain then W, SAVED = {}, {} end
 
 -- Each limit's answer in 8 slots of one table (a table per limit cost
 -- more), sized for one limit: allowed, remaining, reset, retry, ttl, value
@@ -57,6 +68,33 @@ local peek = ARGV[3] == '1'
 -- common.lua).
 local S = { false, false, false, false, false, false, false, false }
 local allowed = true
+
+-- Writes the state of admitted limit i (its answer in S from s + 1) and
+-- returns the head of its reply (see above), its extra field and the
+-- sliding-log members it added.
+local function write(i, s)
+  local kind = S[s + 7]
+  if kind == 3 then
+    return 7, nil, S[s + 6](KEYS[i], S[s + 5], S[s + 8])
+  elseif kind == 4 then
+    return 9, S[s + 6](KEYS[i], S[s + 5], S[s + 8]), nil
+  elseif S[s + 6] then
+    -- One string and its expiry in one command: whole milliseconds,
+    -- rounded up so a key never dies before its state stops mattering,
+    -- and at least 1 (PX 0 is refused). Formatted here: Redis formats a
+    -- Lua number with '%.17g', dearer.
+    local ms = math.ceil(S[s + 5] / 1000)
+    if ms < 1 then ms = 1 end
+    redis.call('SET', KEYS[i], S[s + 6], 'PX', string.format('%d', ms))
+    if kind == 2 then
+      return 5, S[s + 8], nil
+    end
+  end
+  if kind == 1 then
+    return 3, S[s + 8], nil
+  end
+  return 1, nil, nil
+end
 for i = 1, #KEYS do
   local base = 4 + 5 * (i - 1)
   local decide = ALG[ARGV[base]]
@@ -74,6 +112,25 @@ for i = 1, #KEYS do
   if not ok and ARGV[base + 1] ~= '1' then
     allowed = false
   end
+  if chain and ok then
+    local key = KEYS[i]
+    if SAVED[key] == nil then
+      SAVED[key] = { redis.call('DUMP', key), redis.call('PTTL', key) }
+    end
+    W[3 * i - 2], W[3 * i - 1], W[3 * i] = write(i, s)
+  end
+end
+if chain and not allowed then
+  -- Nothing of a refused call stays charged.
+  for key, was in pairs(SAVED) do
+    if was[1] then
+      local ttl = was[2]
+      if ttl < 0 then ttl = 0 end
+      redis.call('RESTORE', key, ttl, was[1], 'REPLACE')
+    else
+      redis.call('DEL', key)
+    end
+  end
 end
 
 -- Sized for one limit at once (growing a table costs a rehash per doubling).
@@ -88,24 +145,12 @@ for i = 1, #KEYS do
     if kind == 1 then
       head, extra = 3, S[s + 8]
     end
-    if allowed and not peek then
-      if kind == 3 then
-        added = S[s + 6](KEYS[i], S[s + 5], S[s + 8])
-        head = 7
-      elseif kind == 4 then
-        head, extra = 9, S[s + 6](KEYS[i], S[s + 5], S[s + 8])
-      elseif S[s + 6] then
-        -- One string and its expiry in one command: whole milliseconds,
-        -- rounded up so a key never dies before its state stops mattering,
-        -- and at least 1 (PX 0 is refused). Formatted here: Redis formats a
-        -- Lua number with '%.17g', dearer.
-        local ms = math.ceil(S[s + 5] / 1000)
-        if ms < 1 then ms = 1 end
-        redis.call('SET', KEYS[i], S[s + 6], 'PX', string.format('%d', ms))
-        if kind == 2 then
-          head, extra = 5, S[s + 8]
-        end
+    if chain then
+      if allowed then
+        head, extra, added = W[3 * i - 2], W[3 * i - 1], W[3 * i]
       end
+    elseif allowed and not peek then
+      head, extra, added = write(i, s)
     end
   end
   reply[n + 1] = head

@@ -295,3 +295,99 @@ async fn three_ratewatch_processes_on_one_redis_admit_exactly_the_limit() {
         );
     }
 }
+
+/// Envoy's token pattern on a real Envoy, with the ratelimit filter's own
+/// `rate_limits` (the form whose entries honour `hits_addend`): the first
+/// entry checks the caller's tokens before the request (`hits_addend` 0),
+/// the second, with `apply_on_stream_done`, charges the tokens the
+/// upstream reports in `x-tokens-used` once its response is done.
+/// ratewatch lands that charge even past the limit
+/// (`apply_on_stream_done = true` on the rule), so the next request's
+/// check gets Envoy's 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_reported_after_the_response_are_charged_and_envoy_refuses_the_next_request() {
+    let redis = RedisServer::start();
+    let toml = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout_ms = 1000\n\n\
+         [rls]\non_store_failure = \"unavailable\"\n\n\
+         [[rls.domains]]\nname = \"edge\"\n\n\
+         [[rls.domains.rules]]\ndescriptor = [\"api_key\"]\nname = \"tokens\"\n\
+         apply_on_stream_done = true\n\
+         limits = [{{ name = \"tokens\", algorithm = \"fixed_window\", limit = 100, window = \"1h\" }}]\n",
+        redis.url()
+    );
+    // No YAML domain: the rule is native.
+    let policy = RlsPolicy::new(&toml, "domain: unused\ndescriptors: []\n");
+    let rls = RlsServer::start(&policy.path());
+    let envoy = Envoy::start(&EnvoyOptions {
+        failure_mode_deny: true,
+        timeout: Duration::from_secs(5),
+        filter_rate_limits: Some(
+            "- actions:\n  \
+               - request_headers: { header_name: x-api-key, descriptor_key: api_key }\n  \
+               hits_addend: { number: 0 }\n\
+             - actions:\n  \
+               - request_headers: { header_name: x-api-key, descriptor_key: api_key }\n  \
+               apply_on_stream_done: true\n  \
+               hits_addend: { format: \"%RESP(x-tokens-used)%\" }"
+                .into(),
+        ),
+        ..EnvoyOptions::new(rls.grpc_port)
+    });
+    let client = reqwest::Client::new();
+    let key = fresh_key("tokens");
+    inside_one_hour(Duration::from_secs(60));
+    let call = |tokens: u32| {
+        client
+            .get(format!("{}/v1/complete", envoy.url()))
+            .header("x-api-key", &key)
+            .header("x-tokens", tokens.to_string())
+            .send()
+    };
+    // 60 tokens: checked with 100 left, then charged after the response.
+    let r = call(60).await.expect("Envoy answers");
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(header(&r, "x-tokens-used"), "60");
+    assert_eq!(
+        header(&r, "x-ratelimit-remaining"),
+        "100",
+        "the check charged nothing"
+    );
+    // The charge is sent as the response ends: a request that uses no
+    // tokens sees it once it has landed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = call(0).await.expect("Envoy answers");
+        assert_eq!(r.status().as_u16(), 200, "{:?}", r.headers());
+        if header(&r, "x-ratelimit-remaining") == "40" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the 60 tokens never landed: {}",
+            rls.server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // 70 tokens with 40 left: the check passes, and the charge lands all
+    // the same, so the next request is refused by Envoy itself.
+    let r = call(70).await.expect("Envoy answers");
+    assert_eq!(r.status().as_u16(), 200);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = call(0).await.expect("Envoy answers");
+        if r.status().as_u16() == 429 {
+            assert_eq!(header(&r, "x-envoy-ratelimited"), "true");
+            assert_eq!(header(&r, "x-ratelimit-remaining"), "0");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "130 of 100 tokens used, yet Envoy still lets requests through: {}",
+            rls.server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(call(0).await.expect("Envoy answers").status().as_u16(), 429);
+    assert_eq!(envoy.stat("cluster.upstream.ratelimit.error"), 0);
+}

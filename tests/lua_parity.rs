@@ -268,3 +268,117 @@ async fn per_item_costs_get_identical_verdicts_in_rust_and_in_lua() {
         "the sequences must reach refusals ({blocked})"
     );
 }
+
+/// Batches that name one counter several times (a descriptor repeated in
+/// one rate limit service request): each copy is charged in order, on
+/// the state the copies before it left, inside the one atomic call, and a
+/// refused batch charges none of them. The memory store (the Rust
+/// algorithms) and the Lua script decide them alike, every algorithm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_keys_get_identical_verdicts_in_rust_and_in_lua() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let memory = ratewatch::store::MemoryStore::new();
+    let mut rng = StdRng::seed_from_u64(0x2e9e_2026);
+    let (mut blocked, mut repeated, mut chained) = (0, 0, 0);
+    for config in 0..36 {
+        // One or two counters, named again and again.
+        let counters: Vec<(String, Algorithm)> = (0..rng.random_range(1..=2))
+            .map(|c| {
+                let kind = rng.random_range(0..6);
+                let a = random_algorithm(&mut rng, kind);
+                (format!("rw:{{rk:{config}}}:{c}:{}", a.kind()), a)
+            })
+            .collect();
+        let base = SystemClock.now_us();
+        let real = std::time::Instant::now();
+        let mut offset = 0u64;
+        for step in 0..50 {
+            offset += random_gap(&mut rng, 300_000);
+            let now = base + offset + real.elapsed().as_micros() as u64;
+            let items: Vec<Item> = (0..rng.random_range(2..=5))
+                .map(|_| {
+                    let (key, a) = &counters[rng.random_range(0..counters.len())];
+                    let cost = match rng.random_range(0..5) {
+                        0 => 0,
+                        _ => rng.random_range(1..=a.quota().min(3)),
+                    };
+                    let mut item = Item::new(key.clone(), a.clone()).with_cost(cost);
+                    item.shadow = rng.random_range(0..8) == 0;
+                    item
+                })
+                .collect();
+            let batch = Batch::consume(&items, 1).at(now);
+            let want = memory.decide(&batch).await.expect("memory decides");
+            let got = redis.decide(&batch).await.expect("redis decides");
+            let context = format!("config {config} step {step}: {items:?}");
+            assert_eq!(want.allowed, got.allowed, "allowed: {context}");
+            blocked += usize::from(!want.allowed);
+            let keys: std::collections::HashSet<&str> =
+                items.iter().map(|i| i.key.as_str()).collect();
+            if keys.len() < items.len() {
+                repeated += 1;
+                // Two charged copies of a key admitted together: the later
+                // one was decided on the earlier one's charge.
+                chained += usize::from(
+                    want.allowed
+                        && items.iter().enumerate().any(|(i, a)| {
+                            a.cost != Some(0)
+                                && items[..i]
+                                    .iter()
+                                    .any(|b| b.key == a.key && b.cost != Some(0))
+                        }),
+                );
+            }
+            for (w, g) in want.verdicts.iter().zip(&got.verdicts) {
+                assert_eq!(w.allowed, g.allowed, "{context}");
+                assert_eq!(w.remaining.to_bits(), g.remaining.to_bits(), "{context}");
+                assert_eq!(w.reset_after_us, g.reset_after_us, "{context}");
+                assert_eq!(w.retry_after_us, g.retry_after_us, "{context}");
+                assert_eq!(w.delay_us, g.delay_us, "{context}");
+            }
+        }
+    }
+    assert!(repeated > 500, "the batches must repeat keys ({repeated})");
+    assert!(
+        chained > 100,
+        "admitted batches must charge a key twice ({chained})"
+    );
+    assert!(
+        blocked > 50,
+        "the sequences must reach refusals ({blocked})"
+    );
+}
+
+/// A key named twice is charged twice: `[k +1, k +1]` on a fixed window
+/// of 5 admits twice and refuses the third time, on Redis as in memory,
+/// and a refused batch leaves the counter as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_named_twice_in_one_batch_is_charged_twice_on_both_stores() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let memory = ratewatch::store::MemoryStore::new();
+    let window = Algorithm::FixedWindow {
+        limit: 5,
+        window_us: 3_600_000_000,
+    };
+    let key = "rw:{twice}:k:fw";
+    let pair = [
+        Item::new(key, window.clone()).with_cost(2),
+        Item::new(key, window.clone()).with_cost(1),
+    ];
+    let check = [Item::new(key, window.clone()).with_cost(0)];
+    for store in [&redis as &dyn Store, &memory as &dyn Store] {
+        let first = store.decide(&Batch::consume(&pair, 1)).await.unwrap();
+        assert!(first.allowed, "{}", store.kind());
+        let left: Vec<f64> = first.verdicts.iter().map(|v| v.remaining).collect();
+        assert_eq!(left, [3.0, 2.0], "each copy reports its own charge");
+        // 3 more would make 6: refused, and neither copy is charged.
+        let second = store.decide(&Batch::consume(&pair, 1)).await.unwrap();
+        assert!(!second.allowed, "{}", store.kind());
+        assert!(second.verdicts[0].allowed && !second.verdicts[1].allowed);
+        assert_eq!(second.verdicts[0].remaining, 2.0, "uncharged");
+        let after = store.decide(&Batch::consume(&check, 1)).await.unwrap();
+        assert_eq!(after.verdicts[0].remaining, 2.0, "{}", store.kind());
+    }
+}

@@ -298,6 +298,18 @@ fn native_rule_errors_name_the_line_and_field() {
             2,
             "rls.token",
         ),
+        // An in-flight limit needs to hear when a request ends, which a
+        // rate limit service never does.
+        (
+            "[[rls.domains]]\nname = \"api\"\n[[rls.domains.rules]]\ndescriptor = [\"user\"]\nlimits = [\n  { name = \"c\", algorithm = \"concurrency\", limit = 2 },\n]\n".to_owned(),
+            6,
+            "rls.domains[0].rules[0].limits[0].algorithm",
+        ),
+        (
+            "[rls]\nresponse_headers = \"all\"\n".to_owned(),
+            2,
+            "rls.response_headers",
+        ),
     ];
     for (i, (text, line, field)) in cases.into_iter().enumerate() {
         let path = write(dir.path(), &format!("bad{i}.toml"), &text);
@@ -367,6 +379,47 @@ fn partition_shares_descriptor_quotas_like_every_other_quota() {
     );
 }
 
+/// envoyproxy/ratelimit's deny-list idiom, `requests_per_unit: 0`, loads
+/// (it refuses every hit, see tests/rls_grpc.rs); a missing count is still
+/// an error naming its line.
+#[test]
+fn requests_per_unit_of_zero_loads_as_a_rule_that_refuses_and_a_missing_one_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "deny.yaml",
+        "domain: edge\ndescriptors:\n  - key: blocked\n    rate_limit:\n      unit: hour\n      requests_per_unit: 0\n",
+    );
+    let path = write(
+        dir.path(),
+        "ratewatch.toml",
+        "[rls]\nenvoy_configs = [\"deny.yaml\"]\nresponse_headers = \"ietf\"\n",
+    );
+    let policy = Policy::from_toml_file(&path).expect("0 is accepted");
+    let rule = policy
+        .rls
+        .domains
+        .domain("edge")
+        .unwrap()
+        .find(&[("blocked", "x")])
+        .unwrap()
+        .clone();
+    assert!(rule.deny && !rule.unlimited);
+    assert_eq!(rule.unit, Some(RlsUnit::Hour));
+    assert_eq!(
+        policy.rls.response_headers,
+        ratewatch::policy::rls::RlsHeaders::Ietf
+    );
+    write(
+        dir.path(),
+        "deny.yaml",
+        "domain: edge\ndescriptors:\n  - key: blocked\n    rate_limit:\n      unit: hour\n",
+    );
+    let err = Policy::from_toml_file(&path).unwrap_err();
+    assert!(err.to_string().contains("deny.yaml:5:"), "{err}");
+    assert!(err.to_string().contains("requests_per_unit"), "{err}");
+}
+
 #[test]
 fn rules_built_in_code_are_validated_too() {
     use ratewatch::policy::rls::{DescriptorRule, Domain, RlsSettings};
@@ -384,6 +437,8 @@ fn rules_built_in_code_are_validated_too() {
         on_store_failure: None,
         mode: None,
         detailed_metric: false,
+        deny: false,
+        apply_on_stream_done: false,
     };
     domain.insert(&[("user", None)], rule).unwrap();
     let mut rls = RlsSettings::default();

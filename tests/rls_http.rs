@@ -25,13 +25,23 @@ descriptors:
     rate_limit:
       unit: hour
       requests_per_unit: 1
+  - key: free
+    rate_limit:
+      unlimited: true
 "#;
 
 fn policy(extra: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    policy_on("", extra)
+}
+
+/// [`policy`] on the store `store` (a `[store]` section, or "" for memory).
+fn policy_on(store: &str, extra: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(dir.path().join("edge.yaml"), EDGE_YAML).expect("yaml");
     let toml = format!(
         r#"
+{store}
+
 [identity]
 default_tier = "free"
 anonymous_tier = "free"
@@ -57,6 +67,10 @@ envoy_configs = ["edge.yaml"]
 }
 
 async fn app(extra: &str) -> (tempfile::TempDir, Limiter) {
+    app_on("", extra).await
+}
+
+async fn app_on(store: &str, extra: &str) -> (tempfile::TempDir, Limiter) {
     // The rules count in minute windows aligned to the epoch: keep a test
     // clear of a window's end, where its counts would reset.
     let into = std::time::SystemTime::now()
@@ -70,7 +84,7 @@ async fn app(extra: &str) -> (tempfile::TempDir, Limiter) {
         ))
         .await;
     }
-    let (dir, file) = policy(extra);
+    let (dir, file) = policy_on(store, extra);
     let limiter = Limiter::from_config_file(&file).await.expect("limiter");
     (dir, limiter)
 }
@@ -97,6 +111,15 @@ async fn post(
     let bytes = res.into_body().collect().await.unwrap().to_bytes();
     let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     (status, headers, value)
+}
+
+/// A request of one descriptor no rule matches, in `path`'s form.
+fn unmatched(path: &str) -> &'static str {
+    if path == "/json" {
+        r#"{"domain":"edge","descriptors":[{"entries":[{"key":"nobody","value":"x"}]}]}"#
+    } else {
+        r#"{"domain":"edge","descriptors":[{"nobody":"x"}]}"#
+    }
 }
 
 const LOCAL: &str = "127.0.0.1:5000";
@@ -133,6 +156,119 @@ async fn json_answers_200_then_429_in_proto3_json() {
     assert_eq!(v["statuses"][0]["code"], "OVER_LIMIT");
 }
 
+/// `[k +1, k +0]` through `POST /json` at 1 an hour: the first request
+/// is charged (its check-only copy reports the charge), every later one is
+/// refused; a request of `[k +1, k +1]` can never pass.
+async fn json_charges_every_copy_of_a_repeated_descriptor(limiter: &Limiter, tag: &str) {
+    let body = |value: &str, addends: &[u64]| {
+        let descriptors: Vec<Value> = addends
+            .iter()
+            .map(|a| {
+                json!({"entries": [{"key": "tight", "value": value}], "hitsAddend": a.to_string()})
+            })
+            .collect();
+        json!({"domain": "edge", "descriptors": descriptors}).to_string()
+    };
+    let k = format!("check-{tag}");
+    let mut admitted = 0;
+    for _ in 0..20 {
+        let (status, _, v) = post(limiter, LOCAL, "/json", &body(&k, &[1, 0]), None).await;
+        if status == StatusCode::OK {
+            admitted += 1;
+            assert_eq!(v["statuses"][1]["code"], "OK", "{v}");
+            assert!(v["statuses"][1].get("limitRemaining").is_none(), "{v}");
+        } else {
+            assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{v}");
+            assert_eq!(v["statuses"][0]["code"], "OVER_LIMIT", "{v}");
+        }
+    }
+    assert_eq!(admitted, 1, "one hit an hour, charged by the first copy");
+    let k = format!("pair-{tag}");
+    let (status, _, v) = post(limiter, LOCAL, "/json", &body(&k, &[1, 1]), None).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert_eq!(v["statuses"][0]["code"], "OK", "{v}");
+    assert_eq!(v["statuses"][1]["code"], "OVER_LIMIT", "{v}");
+    // Refused whole: the single hit still fits.
+    let (status, _, v) = post(limiter, LOCAL, "/json", &body(&k, &[1]), None).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+}
+
+#[tokio::test]
+async fn json_charges_every_copy_of_a_repeated_descriptor_on_the_memory_store() {
+    let (_dir, limiter) = app("").await;
+    json_charges_every_copy_of_a_repeated_descriptor(&limiter, "memory").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_charges_every_copy_of_a_repeated_descriptor_on_redis() {
+    let redis = support::RedisServer::start();
+    let store = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout_ms = 2000\n",
+        redis.url()
+    );
+    let (_dir, limiter) = app_on(&store, "").await;
+    json_charges_every_copy_of_a_repeated_descriptor(&limiter, "redis").await;
+}
+
+/// As envoyproxy/ratelimit's proto3 JSON parser: a field the message
+/// does not have is refused with 400 naming it, at every level (a misspelt
+/// `hitsAdend` must not pass for a request that charges the default); an
+/// empty domain or descriptor list is refused too; an unlimited rule
+/// reports all of u32 left.
+#[tokio::test]
+async fn json_refuses_unknown_fields_and_empty_requests_like_envoyproxy_ratelimit() {
+    let (_dir, limiter) = app("").await;
+    for (body, field) in [
+        (
+            r#"{"domain":"edge","descriptors":[{"entries":[{"key":"tight","value":"u"}]}],"hitsAdend":"0"}"#,
+            "hitsAdend",
+        ),
+        (
+            r#"{"domain":"edge","descriptors":[{"entries":[{"key":"tight","value":"u"}],"hits":0}]}"#,
+            "hits",
+        ),
+        (
+            r#"{"domain":"edge","descriptors":[{"entries":[{"key":"tight","value":"u","extra":1}]}]}"#,
+            "extra",
+        ),
+        (
+            r#"{"domain":"edge","descriptors":[{"entries":[{"key":"tight","value":"u"}],"limit":{"requestsPerUnit":5,"unit":"HOUR","per":1}}]}"#,
+            "per",
+        ),
+    ] {
+        let (status, _, v) = post(&limiter, LOCAL, "/json", body, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {v}");
+        let error = v["error"].as_str().unwrap_or_default();
+        assert!(error.contains(&format!("\"{field}\"")), "{error}");
+    }
+    // Nothing of the refused requests was charged.
+    let one = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"tight","value":"u"}]}]}"#;
+    let (status, _, v) = post(&limiter, LOCAL, "/json", one, None).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    for (body, message) in [
+        (
+            r#"{"descriptors":[{"entries":[{"key":"tight","value":"u"}]}]}"#,
+            "rate limit domain must not be empty",
+        ),
+        (
+            r#"{"domain":"edge"}"#,
+            "rate limit descriptor list must not be empty",
+        ),
+        (
+            r#"{"domain":"edge","descriptors":[]}"#,
+            "rate limit descriptor list must not be empty",
+        ),
+    ] {
+        let (status, _, v) = post(&limiter, LOCAL, "/json", body, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {v}");
+        assert_eq!(v["error"], message);
+    }
+    let free = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"free","value":"u"}]}]}"#;
+    let (status, _, v) = post(&limiter, LOCAL, "/json", free, None).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["statuses"][0]["limitRemaining"], 4_294_967_295u64, "{v}");
+}
+
 #[tokio::test]
 async fn json_refuses_malformed_requests_with_400() {
     let (_dir, limiter) = app("").await;
@@ -150,8 +286,8 @@ async fn json_refuses_malformed_requests_with_400() {
 #[tokio::test]
 async fn both_endpoints_answer_loopback_only_without_a_token() {
     let (_dir, limiter) = app("").await;
-    let body = r#"{"domain":"edge","descriptors":[]}"#;
     for path in ["/json", "/v1/decide"] {
+        let body = unmatched(path);
         let (status, _, _) = post(&limiter, REMOTE, path, body, None).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{path}");
         let (status, _, _) = post(&limiter, LOCAL, path, body, None).await;
@@ -162,8 +298,8 @@ async fn both_endpoints_answer_loopback_only_without_a_token() {
 #[tokio::test]
 async fn with_a_token_every_caller_needs_it_and_remote_ones_may_come() {
     let (_dir, limiter) = app(r#"token = "s3cret-0123456789abcdef""#).await;
-    let body = r#"{"domain":"edge","descriptors":[]}"#;
     for path in ["/json", "/v1/decide"] {
+        let body = unmatched(path);
         for peer in [LOCAL, REMOTE] {
             let (status, _, _) = post(&limiter, peer, path, body, None).await;
             assert_eq!(status, StatusCode::UNAUTHORIZED, "{path} {peer}");
@@ -410,4 +546,118 @@ async fn the_dashboard_shows_blocked_and_hot_descriptors_masked_like_keys() {
         "{}",
         v["hot_keys"]
     );
+}
+
+/// A policy whose `[identity] unmatched_keys` is `unmatched`: tier `paid`
+/// for `paid_` keys, `free` (2 an hour) for the anonymous caller, and a
+/// native domain resolving `api_key` values to tiers.
+async fn unmatched_app(unmatched: &str) -> (tempfile::TempDir, Limiter) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let toml = format!(
+        r#"
+[identity]
+default_tier = "paid"
+anonymous_tier = "free"
+unmatched_keys = "{unmatched}"
+
+[[tiers]]
+name = "paid"
+match_prefix = "paid_"
+limits = [{{ name = "burst", algorithm = "fixed_window", limit = 50, window = "1h" }}]
+
+[[tiers]]
+name = "free"
+limits = [{{ name = "burst", algorithm = "fixed_window", limit = 2, window = "1h" }}]
+
+[[rls.domains]]
+name = "api"
+
+[[rls.domains.rules]]
+descriptor = ["api_key"]
+tier_from = "api_key"
+"#
+    );
+    let file = dir.path().join("ratewatch.toml");
+    std::fs::write(&file, toml).expect("toml");
+    let limiter = Limiter::from_config_file(&file).await.expect("limiter");
+    (dir, limiter)
+}
+
+/// `unmatched_keys = "reject"`: a key that names no tier is refused by
+/// `/v1/decide` with the middleware's 401, and a `tier_from` value that
+/// names none is OVER_LIMIT; a key of a tier is decided as before.
+#[tokio::test]
+async fn decide_and_tier_from_refuse_a_key_of_no_tier_when_unmatched_keys_rejects() {
+    let (_dir, limiter) = unmatched_app("reject").await;
+    let key = |k: &str| json!({"key": k, "route": "/api/users"}).to_string();
+    let (status, _, v) = post(&limiter, LOCAL, "/v1/decide", &key("invented"), None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{v}");
+    let (status, _, v) = post(&limiter, LOCAL, "/v1/decide", &key("paid_k"), None).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["tier"], "paid");
+    let desc = |k: &str| json!({"domain": "api", "descriptors": [{"api_key": k}]}).to_string();
+    let (status, _, v) = post(&limiter, LOCAL, "/v1/decide", &desc("invented"), None).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert_eq!(v["statuses"][0]["code"], "OVER_LIMIT", "{v}");
+    let (status, _, v) = post(&limiter, LOCAL, "/v1/decide", &desc("paid_k"), None).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+}
+
+/// `unmatched_keys = "anonymous"`: keys that name no tier are the one
+/// anonymous caller, so inventing keys mints no quota, by key and by
+/// `tier_from` alike.
+#[tokio::test]
+async fn decide_and_tier_from_count_keys_of_no_tier_as_one_anonymous_caller() {
+    let (_dir, limiter) = unmatched_app("anonymous").await;
+    let key = |k: &str| json!({"key": k, "route": "/api/users"}).to_string();
+    let mut by_key = Vec::new();
+    for k in ["made_up_1", "made_up_2", "made_up_3"] {
+        let (status, _, v) = post(&limiter, LOCAL, "/v1/decide", &key(k), None).await;
+        assert_eq!(v["tier"], "free", "{v}");
+        by_key.push(status.as_u16());
+    }
+    assert_eq!(by_key, [200, 200, 429], "one anonymous quota of 2");
+    let desc = |k: &str| json!({"domain": "api", "descriptors": [{"api_key": k}]}).to_string();
+    let mut by_descriptor = Vec::new();
+    for k in ["made_up_4", "made_up_5", "made_up_6"] {
+        let (status, _, _) = post(&limiter, LOCAL, "/v1/decide", &desc(k), None).await;
+        by_descriptor.push(status.as_u16());
+    }
+    assert_eq!(by_descriptor, [200, 200, 429], "one anonymous quota of 2");
+    let (status, _, v) = post(&limiter, LOCAL, "/v1/decide", &desc("paid_k"), None).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+}
+
+/// The README's export rule (a GCRA of burst 10 and a daily quota):
+/// `[k +10, k +0]` charges 10 per request, so a burst of 100 such
+/// requests gets about one through, not all of them.
+#[tokio::test]
+async fn a_heavy_descriptor_sent_twice_is_charged_and_refused_like_a_single_one() {
+    let native = r#"
+[[rls.domains]]
+name = "api"
+
+[[rls.domains.rules]]
+descriptor = ["generic_key=export", "api_key"]
+name = "export"
+cost = 5
+limits = [
+  { name = "steady", algorithm = "gcra", rate_per_second = 2.0, burst = 10 },
+  { name = "daily", algorithm = "fixed_window", limit = 500, window = "1d" },
+]
+"#;
+    let (_dir, limiter) = app(native).await;
+    let d = |addend: u64| {
+        json!({"entries": [{"key": "generic_key", "value": "export"}, {"key": "api_key", "value": "k"}],
+               "hitsAddend": addend})
+    };
+    let body = json!({"domain": "api", "descriptors": [d(10), d(0)]}).to_string();
+    let mut admitted = 0;
+    for _ in 0..100 {
+        let (status, _, _) = post(&limiter, LOCAL, "/json", &body, None).await;
+        admitted += usize::from(status == StatusCode::OK);
+    }
+    // A burst of 10 and 2 a second: one request of 10 now, and one more
+    // per 5 s the loop might take on a loaded machine.
+    assert!((1..=4).contains(&admitted), "{admitted} of 100 admitted");
 }

@@ -282,6 +282,7 @@ pub fn through_envoy(
         failure_mode_deny: false,
         timeout: Duration::from_millis(20),
         concurrency: 1,
+        filter_rate_limits: None,
     };
     let envoy = Envoy::start(&options);
     load::wrk(envoy.port, 1, connections, threads);

@@ -220,6 +220,53 @@ impl Limiter {
         Ok(decision)
     }
 
+    /// Charges every group of `request` its cost, forced: past the limit
+    /// as debt, capped as a settle's is ([`crate::algorithm::settle`]), so
+    /// a charge reported after the response (Envoy's
+    /// `apply_on_stream_done` entry) always lands. One store settle per
+    /// distinct cost (usually one), within the store timeout; nothing is
+    /// recorded as a decision. Groups of cost 0 charge nothing.
+    pub async fn charge_groups(&self, request: &Groups<'_>) -> Result<(), GroupsUnavailable> {
+        let live = self.inner.live.load();
+        let policy = &live.policy;
+        let c = compile(
+            &policy.store.key_prefix,
+            policy.resilience.expected_instances.max(1),
+            &live.key,
+            request,
+        );
+        let mut costs: Vec<u64> = request.groups.iter().map(|g| g.cost).collect();
+        costs.sort_unstable();
+        costs.dedup();
+        let now = self.inner.clock.now_us();
+        for cost in costs.into_iter().filter(|&c| c > 0) {
+            let items: Vec<Item> = c
+                .items
+                .iter()
+                .zip(&c.owners)
+                .filter(|(_, (g, ..))| request.groups[*g].cost == cost)
+                .map(|(i, _)| i.clone())
+                .collect();
+            let settle =
+                crate::store::Settle::new(&items, now, crate::algorithm::Adjust::Charge(cost));
+            let shard = self.inner.store.shard_for(&items[0].key);
+            let failed = |reason| GroupsUnavailable {
+                reason,
+                shard: shard.clone(),
+            };
+            match tokio::time::timeout(policy.store.timeout, self.inner.store.settle(&settle)).await
+            {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "store could not charge");
+                    return Err(failed(FallbackReason::Error));
+                }
+                Err(_) => return Err(failed(FallbackReason::Timeout)),
+            }
+        }
+        Ok(())
+    }
+
     fn groups_unlimited(&self, request: &Groups<'_>) -> GroupsDecision {
         GroupsDecision {
             allowed: true,

@@ -61,6 +61,15 @@ impl PolicySnapshot {
     /// required) or 403 (a tier the policy does not define).
     pub fn caller(&self, request: &Parts) -> Result<Caller, IdentityError> {
         let identity = self.identify(request)?;
+        self.caller_of(identity, request)
+    }
+
+    /// The caller `identity` counts as, by the rules of
+    /// [`PolicySnapshot::caller`] (tier, `anonymous_tier`,
+    /// `[identity] unmatched_keys`) but with the identity given rather
+    /// than extracted: a key the decision service was sent in a body or a
+    /// descriptor is judged as a header's would be.
+    pub fn caller_of(&self, identity: Identity, request: &Parts) -> Result<Caller, IdentityError> {
         let (tier, matched) = self.tier_of(&identity, request)?;
         let settings = &self.live().policy.identity;
         // Only header credentials: a verified caller, or a custom

@@ -5,15 +5,21 @@
 //! or decided by the limit the proxy sent with it. Every descriptor that
 //! has limits becomes one group of [`Limiter::decide_groups`], so the whole
 //! request is ONE atomic store call: all or nothing, a refused request
-//! charges nothing.
+//! charges nothing. A descriptor repeated in a request names its counter
+//! once per copy: each copy is charged, in order, inside that call. The
+//! one exception is a charge of an `apply_on_stream_done` rule, forced
+//! through [`Limiter::charge_groups`] before the decision (which then only
+//! reports it).
 //!
 //! Status per descriptor, in request order:
-//! - no rule, an unknown domain, an `unlimited` rule, or a rule replaced by
-//!   another matched rule's `replaces`: OK, no `current_limit`, nothing
-//!   counted;
+//! - no rule, an unknown domain, or a rule replaced by another matched
+//!   rule's `replaces`: OK, no `current_limit`, nothing counted;
+//! - an `unlimited` rule: the same, with `limit_remaining` 4294967295 (as
+//!   envoyproxy/ratelimit reports it);
 //! - a shadow rule: decided and counted like any other, but always OK;
 //! - otherwise OK or OVER_LIMIT, with `current_limit`, `limit_remaining`
-//!   and `duration_until_reset` of the rule's most constraining limit.
+//!   (0 when OVER_LIMIT) and `duration_until_reset` of the rule's most
+//!   constraining limit; `requests_per_unit: 0` is a window of nothing.
 //!
 //! Limits that are not windows are reported honestly, not as windows they
 //! are not: `requests_per_unit` is the limit's quota (a token bucket's
@@ -33,7 +39,7 @@ use crate::limiter::{
     Group, GroupReport, Groups, GroupsDecision, GroupsFailure, GroupsUnavailable, LimitReport,
     Limiter,
 };
-use crate::policy::rls::{DescriptorRule, Domain, RlsFailure, RlsSettings};
+use crate::policy::rls::{DescriptorRule, Domain, RlsFailure, RlsHeaders, RlsSettings};
 use crate::policy::{FailurePolicy, Limit};
 use crate::telemetry::rls as m;
 
@@ -41,7 +47,9 @@ use crate::telemetry::rls as m;
 #[derive(Clone, Debug)]
 pub struct RateLimitService {
     limiter: Limiter,
-    ietf_headers: bool,
+    /// Set by [`RateLimitService::with_ietf_headers`]; else the policy's
+    /// `[rls] response_headers` decides, afresh for every request.
+    ietf_headers: Option<bool>,
 }
 
 /// Why a request got no decision.
@@ -68,25 +76,32 @@ enum Plan {
         identity: String,
         shown: String,
         failure: Option<RlsFailure>,
+        /// A charge of an `apply_on_stream_done` rule: forced (it lands
+        /// past the limit as capped debt) before the decision, which then
+        /// only reports the group.
+        lands: bool,
     },
 }
 
 impl RateLimitService {
     /// The service deciding against `limiter` (its policy's `[rls]`
     /// domains, read afresh for every request, so reloads apply).
-    /// Statuses carry IETF `RateLimit` / `RateLimit-Policy` response
-    /// headers unless turned off with [`RateLimitService::with_ietf_headers`].
+    /// Answers carry IETF `RateLimit` / `RateLimit-Policy` response
+    /// headers when the policy's `[rls] response_headers` is `"ietf"`
+    /// (none by default, as envoyproxy/ratelimit), unless
+    /// [`RateLimitService::with_ietf_headers`] says otherwise.
     pub fn new(limiter: Limiter) -> Self {
         Self {
             limiter,
-            ietf_headers: true,
+            ietf_headers: None,
         }
     }
 
     /// Whether answers carry `RateLimit` / `RateLimit-Policy` headers for
-    /// the client (`response_headers_to_add`).
+    /// the client (`response_headers_to_add`), whatever the policy's
+    /// `[rls] response_headers` says.
     pub fn with_ietf_headers(mut self, on: bool) -> Self {
-        self.ietf_headers = on;
+        self.ietf_headers = Some(on);
         self
     }
 
@@ -152,16 +167,35 @@ impl RateLimitService {
         // `tier_from`: the entry's value is resolved to a tier as API keys
         // are, under the same policy generation.
         let parts = http::Request::new(()).into_parts().0;
-        let tier_limits = |value: &str| -> Vec<Limit> {
+        let tier_limits = |value: &str| -> TierLimits {
             let identity = Identity::new(IdentityKind::ApiKey, value);
-            let tier = snapshot.resolve_tier(&identity, &parts);
-            policy
+            let resolved = snapshot.resolve_tier(&identity, &parts);
+            // A value that names no tier follows `[identity]
+            // unmatched_keys`, as a key in a header does; a value of a tier
+            // (the anonymous one included) keeps its own counters, as every
+            // descriptor value does.
+            let (tier, shared) = match snapshot.caller_of(identity, &parts) {
+                // Made the anonymous caller for naming no tier: every such
+                // value on one counter, so invented keys mint no quota.
+                Ok(c)
+                    if c.identity.kind() == IdentityKind::Ip
+                        && resolved != policy.identity.anonymous_tier =>
+                {
+                    (c.tier, true)
+                }
+                Ok(_) => (resolved, false),
+                Err(_) => return TierLimits::Refused,
+            };
+            let limits = policy
                 .tiers
                 .iter()
                 .find(|t| t.name == tier)
                 .map(|t| {
                     t.limits
                         .iter()
+                        // An in-flight limit would take a slot no request
+                        // end ever gives back here: the middleware's alone.
+                        .filter(|l| !l.algorithm.is_concurrency())
                         .map(|l| {
                             // Apart from the rule's own limits of one name.
                             let mut l = l.clone();
@@ -170,7 +204,8 @@ impl RateLimitService {
                         })
                         .collect()
                 })
-                .unwrap_or_default()
+                .unwrap_or_default();
+            TierLimits::Tier { limits, shared }
         };
         let plans = plan(domain, request, &tier_limits);
         // One failure policy per call: the strictest any decided rule asks
@@ -183,6 +218,45 @@ impl RateLimitService {
             })
             .max_by_key(|f| strictness(*f))
             .unwrap_or(settings.on_store_failure);
+        // Charges reported after the response land first, forced; the
+        // decision below then reports them without charging again.
+        let charges: Vec<Group<'_>> = plans
+            .iter()
+            .filter_map(|p| match p {
+                Plan::Decide {
+                    rule,
+                    limits,
+                    cost,
+                    identity,
+                    shown,
+                    lands: true,
+                    ..
+                } => Some(Group {
+                    identity,
+                    shown,
+                    limits,
+                    cost: *cost,
+                    shadow: false,
+                    label: rule.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        if !peek && !charges.is_empty() {
+            let call = Groups {
+                tag: domain_label.clone(),
+                groups: charges,
+                on_failure: GroupsFailure::Unavailable,
+                peek: false,
+            };
+            if let Err(e) = self.limiter.charge_groups(&call).await {
+                if failure == RlsFailure::Unavailable {
+                    return Err(RlsError::Unavailable(e));
+                }
+                // The usage is lost; the failure policy answers below.
+                tracing::warn!(error = %e, "a charge after the response could not land");
+            }
+        }
         let groups: Vec<Group<'_>> = plans
             .iter()
             .filter_map(|p| match p {
@@ -193,13 +267,15 @@ impl RateLimitService {
                     shadow,
                     identity,
                     shown,
+                    lands,
                     ..
                 } => Some(Group {
                     identity,
                     shown,
                     limits,
-                    cost: *cost,
-                    shadow: *shadow,
+                    cost: if *lands { 0 } else { *cost },
+                    // A landed charge is reported, never refused.
+                    shadow: *shadow || *lands,
                     label: rule.clone(),
                 }),
                 Plan::Free { .. } => None,
@@ -221,114 +297,141 @@ impl RateLimitService {
             .decide_groups(&call)
             .await
             .map_err(RlsError::Unavailable)?;
-        let answer = self.answer(&domain_label, &plans, &decision, peek);
+        let ietf = self
+            .ietf_headers
+            .unwrap_or(settings.response_headers == RlsHeaders::Ietf);
+        let answer = answer(&domain_label, &plans, &decision, peek, ietf);
         Ok((answer, decision))
     }
+}
 
-    fn answer(
-        &self,
-        domain: &str,
-        plans: &[Plan],
-        decision: &GroupsDecision,
-        peek: bool,
-    ) -> RlsAnswer {
-        let mut reports = decision.groups.iter();
-        let fallback = decision.is_fallback();
-        let mut statuses = Vec::with_capacity(plans.len());
-        let mut policy_fields = Vec::new();
-        let mut tightest: Option<(&LimitReport, &str)> = None;
-        for p in plans {
-            match p {
-                Plan::Free { rule, unlimited } => {
-                    if !peek {
-                        let outcome = if *unlimited { "unlimited" } else { "ok" };
-                        m::record_decision(domain, rule, outcome);
-                    }
-                    statuses.push(RlsStatus::default());
+/// The answer to a request planned as `plans` and decided as `decision`;
+/// `ietf` adds `RateLimit-Policy` / `RateLimit` for the client.
+fn answer(
+    domain: &str,
+    plans: &[Plan],
+    decision: &GroupsDecision,
+    peek: bool,
+    ietf: bool,
+) -> RlsAnswer {
+    let mut reports = decision.groups.iter();
+    let fallback = decision.is_fallback();
+    let mut statuses = Vec::with_capacity(plans.len());
+    let mut policy_fields = Vec::new();
+    let mut tightest: Option<(&LimitReport, &str)> = None;
+    for p in plans {
+        match p {
+            Plan::Free { rule, unlimited } => {
+                if !peek {
+                    let outcome = if *unlimited { "unlimited" } else { "ok" };
+                    m::record_decision(domain, rule, outcome);
                 }
-                Plan::Decide {
-                    rule, name, shadow, ..
-                } => {
-                    let report: &GroupReport = reports.next().expect("one report per group");
-                    let over = !report.allowed && !shadow;
-                    let outcome = match (fallback, !report.allowed, *shadow) {
-                        (true, false, _) | (true, true, true) => "fallback_ok",
-                        (true, true, false) => "fallback_over_limit",
-                        (false, true, true) => "shadow_over_limit",
-                        (false, true, false) => "over_limit",
-                        (false, false, _) => "ok",
-                    };
-                    if !peek {
-                        m::record_decision(domain, rule, outcome);
-                    }
-                    let limit = most_constraining(report);
-                    let status = match limit {
-                        // A fallback decision counted nothing: no numbers
-                        // for Envoy to build headers from.
-                        Some(l) if l.remaining.is_none() => {
-                            if !shadow {
-                                policy_fields.push(policy_field(l));
-                            }
-                            RlsStatus {
-                                over_limit: over,
-                                ..RlsStatus::default()
-                            }
+                // envoyproxy/ratelimit reports an unlimited rule as
+                // all of u32 left; no rule at all as nothing.
+                statuses.push(RlsStatus {
+                    limit_remaining: if *unlimited { u32::MAX } else { 0 },
+                    ..RlsStatus::default()
+                });
+            }
+            Plan::Decide {
+                rule,
+                name,
+                shadow,
+                lands,
+                ..
+            } => {
+                let report: &GroupReport = reports.next().expect("one report per group");
+                // A landed charge is reported, never refused.
+                let shadow = &(*shadow || *lands);
+                let over = !report.allowed && !shadow;
+                let outcome = match (fallback, !report.allowed, *shadow) {
+                    (true, false, _) | (true, true, true) => "fallback_ok",
+                    (true, true, false) => "fallback_over_limit",
+                    (false, true, true) => "shadow_over_limit",
+                    (false, true, false) => "over_limit",
+                    (false, false, _) => "ok",
+                };
+                if !peek {
+                    m::record_decision(domain, rule, outcome);
+                }
+                let limit = most_constraining(report);
+                let status = match limit {
+                    // A fallback decision counted nothing: no numbers
+                    // for Envoy to build headers from.
+                    Some(l) if l.remaining.is_none() => {
+                        if !shadow {
+                            policy_fields.push(policy_field(l));
                         }
-                        Some(l) => {
-                            if !shadow {
-                                policy_fields.push(policy_field(l));
-                                if tightest.is_none_or(|(t, _)| left(l) < left(t)) {
-                                    tightest = Some((l, name));
-                                }
-                            }
-                            RlsStatus {
-                                over_limit: over,
-                                current_limit: Some(CurrentLimit {
-                                    requests_per_unit: u32::try_from(l.quota).unwrap_or(u32::MAX),
-                                    unit: unit_for(l.window_secs),
-                                    name: name.clone(),
-                                }),
-                                limit_remaining: remaining_of(l),
-                                duration_until_reset: until_reset(l),
-                            }
-                        }
-                        None => RlsStatus {
+                        RlsStatus {
                             over_limit: over,
                             ..RlsStatus::default()
-                        },
-                    };
-                    statuses.push(status);
-                }
+                        }
+                    }
+                    Some(l) => {
+                        if !shadow {
+                            policy_fields.push(policy_field(l));
+                            if tightest.is_none_or(|(t, _)| left(l) < left(t)) {
+                                tightest = Some((l, name));
+                            }
+                        }
+                        RlsStatus {
+                            over_limit: over,
+                            current_limit: Some(CurrentLimit {
+                                requests_per_unit: u32::try_from(l.quota).unwrap_or(u32::MAX),
+                                unit: unit_for(l.window_secs),
+                                name: name.clone(),
+                            }),
+                            // OVER_LIMIT leaves nothing, even when the
+                            // addend was only larger than what is left.
+                            limit_remaining: if over { 0 } else { remaining_of(l) },
+                            duration_until_reset: until_reset(l),
+                        }
+                    }
+                    None => RlsStatus {
+                        over_limit: over,
+                        ..RlsStatus::default()
+                    },
+                };
+                statuses.push(status);
             }
-        }
-        let mut response_headers = Vec::new();
-        if self.ietf_headers && !policy_fields.is_empty() {
-            response_headers.push(("RateLimit-Policy".to_owned(), policy_fields.join(", ")));
-            if let Some((l, _)) = tightest {
-                response_headers.push((
-                    "RateLimit".to_owned(),
-                    format!(
-                        "\"{}\";r={};t={}",
-                        sf_name(&l.name),
-                        remaining_of(l),
-                        until_reset(l).as_secs()
-                    ),
-                ));
-            }
-        }
-        RlsAnswer {
-            over_limit: !decision.allowed,
-            statuses,
-            response_headers,
         }
     }
+    let mut response_headers = Vec::new();
+    if ietf && !policy_fields.is_empty() {
+        response_headers.push(("RateLimit-Policy".to_owned(), policy_fields.join(", ")));
+        if let Some((l, _)) = tightest {
+            response_headers.push((
+                "RateLimit".to_owned(),
+                format!(
+                    "\"{}\";r={};t={}",
+                    sf_name(&l.name),
+                    if l.allowed { remaining_of(l) } else { 0 },
+                    until_reset(l).as_secs()
+                ),
+            ));
+        }
+    }
+    RlsAnswer {
+        over_limit: !decision.allowed,
+        statuses,
+        response_headers,
+    }
+}
+
+/// What a `tier_from` value adds to its rule.
+enum TierLimits {
+    /// The limits of the tier the value resolves to; `shared`: the value
+    /// counts as the anonymous caller, one counter for every such value.
+    Tier { limits: Vec<Limit>, shared: bool },
+    /// The value names no tier and `[identity] unmatched_keys` rejects it.
+    Refused,
 }
 
 /// The descriptor's plan in `domain` (none: an unknown domain).
 fn plan(
     domain: Option<&Domain>,
     request: &RlsRequest,
-    tier_limits: &dyn Fn(&str) -> Vec<Limit>,
+    tier_limits: &dyn Fn(&str) -> TierLimits,
 ) -> Vec<Plan> {
     let default_cost = u64::from(request.hits_addend.max(1));
     let Some(domain) = domain else {
@@ -365,7 +468,14 @@ fn plan(
         .iter()
         .zip(rules)
         .map(|(d, rule)| {
-            descriptor_plan(&domain.name, d, rule, &replaced, default_cost, tier_limits)
+            descriptor_plan(
+                &domain.name,
+                d,
+                rule,
+                &replaced,
+                (default_cost, request.hits_addend > 0),
+                tier_limits,
+            )
         })
         .collect()
 }
@@ -375,10 +485,10 @@ fn descriptor_plan(
     d: &RlsDescriptor,
     rule: Option<&DescriptorRule>,
     replaced: &[&Arc<str>],
-    default_cost: u64,
-    tier_limits: &dyn Fn(&str) -> Vec<Limit>,
+    (default_cost, addend_given): (u64, bool),
+    tier_limits: &dyn Fn(&str) -> TierLimits,
 ) -> Plan {
-    let identity = descriptor_identity(domain, d);
+    let mut identity = descriptor_identity(domain, d);
     let shown = d
         .entries
         .iter()
@@ -407,6 +517,7 @@ fn descriptor_plan(
             identity,
             shown,
             failure: rule.and_then(|r| r.on_store_failure),
+            lands: false,
         };
     }
     let Some(rule) = rule else {
@@ -420,9 +531,36 @@ fn descriptor_plan(
         .as_ref()
         .is_some_and(|n| replaced.iter().any(|r| **r == *n));
     let mut limits = rule.limits.clone();
+    if rule.deny {
+        // `requests_per_unit: 0`: a window of nothing, so every charge is
+        // refused (and a check of 0 passes), decided like any other limit
+        // and all or nothing with the request's other descriptors.
+        let unit = rule.unit.unwrap_or(crate::policy::rls::RlsUnit::Second);
+        limits.push(Limit::fixed_window(
+            unit.as_str(),
+            0,
+            Duration::from_secs(unit.seconds()),
+        ));
+    }
     if let Some(key) = &rule.tier {
         if let Some((_, value)) = d.entries.iter().find(|(k, _)| **k == **key) {
-            limits.extend(tier_limits(value));
+            match tier_limits(value) {
+                TierLimits::Tier {
+                    limits: tier,
+                    shared,
+                } => {
+                    if shared {
+                        identity = format!("{domain}\u{0}{}\u{0}anonymous", rule.label);
+                    }
+                    limits.extend(tier);
+                }
+                // `unmatched_keys = "reject"`: refused as a deny rule is.
+                TierLimits::Refused => limits.push(Limit::fixed_window(
+                    "unmatched_key",
+                    0,
+                    Duration::from_secs(1),
+                )),
+            }
         }
     }
     if rule.unlimited || limits.is_empty() || is_replaced {
@@ -431,15 +569,21 @@ fn descriptor_plan(
             unlimited: rule.unlimited,
         };
     }
+    let cost = d.hits_addend.or(rule.cost).unwrap_or(default_cost);
     Plan::Decide {
         rule: rule.label.clone(),
         limits,
         name: rule.name.as_deref().unwrap_or("").to_owned(),
-        cost: d.hits_addend.or(rule.cost).unwrap_or(default_cost),
+        cost,
         shadow: rule.shadow,
         identity,
         shown,
         failure: rule.on_store_failure,
+        // Only an addend the caller sent (the tokens Envoy's stream-done
+        // entry reports) is forced: Envoy's request-time check arrives
+        // with no addend at all (charging 1, refused once nothing is
+        // left) or with an explicit 0 (checking only).
+        lands: rule.apply_on_stream_done && cost > 0 && (d.hits_addend.is_some() || addend_given),
     }
 }
 

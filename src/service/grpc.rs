@@ -120,6 +120,9 @@ impl UnaryService<RateLimitRequest> for ShouldRateLimit {
             request
                 .check_size()
                 .map_err(|e| Status::invalid_argument(format!("invalid RateLimitRequest: {e}")))?;
+            // envoyproxy/ratelimit's error for these is a plain one, which
+            // gRPC carries as UNKNOWN.
+            request.check_required().map_err(Status::unknown)?;
             match service.decide(&request, "grpc").await {
                 Ok(answer) => Ok(Response::new(convert::response_to_wire(&answer))),
                 // Envoy's `failure_mode_deny` decides what an UNAVAILABLE means.

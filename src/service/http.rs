@@ -144,6 +144,9 @@ async fn json_handler(State(service): State<RateLimitService>, req: Request) -> 
     if let Err(e) = request.check_size() {
         return bad_request("json", format!("invalid RateLimitRequest: {e}"));
     }
+    if let Err(e) = request.check_required() {
+        return bad_request("json", e);
+    }
     match service.decide(&request, "json").await {
         Ok(answer) => {
             let status = if answer.over_limit {
@@ -288,11 +291,26 @@ async fn decide_key(
         }
     };
     let snapshot = service.limiter().snapshot();
-    let tier = match input.tier {
-        Some(t) if snapshot.policy().tiers.iter().any(|x| x.name == t) => t,
+    let (identity, tier) = match input.tier {
+        Some(t) if snapshot.policy().tiers.iter().any(|x| x.name == t) => (identity, t),
         Some(t) => return bad_request("decide", format!("unknown tier {t:?}")),
-        None if identity.kind() == IdentityKind::ApiKey => snapshot.resolve_tier(&identity, parts),
-        None => snapshot.policy().identity.default_tier.clone(),
+        // A key is judged as the middleware judges a header's: a key that
+        // names no tier follows `[identity] unmatched_keys` (the shared
+        // anonymous caller, or refused with the middleware's 401).
+        None if identity.kind() == IdentityKind::ApiKey => {
+            match snapshot.caller_of(identity, parts) {
+                Ok(c) => (c.identity, c.tier),
+                Err(e) => {
+                    m::record_error("decide", "unauthorized");
+                    return (
+                        e.status(),
+                        Json(json!({"error": "unauthorized", "message": e.to_string()})),
+                    )
+                        .into_response();
+                }
+            }
+        }
+        None => (identity, snapshot.policy().identity.default_tier.clone()),
     };
     let route = input
         .route

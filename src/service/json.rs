@@ -36,6 +36,20 @@ fn field<'a>(
     }
 }
 
+/// Refuses a field of `obj` that is none of `fields` (each in its
+/// lowerCamelCase and original spelling), naming it, as a proto3 JSON
+/// parser refuses an unknown field: a misspelt `hitsAdend` must not pass
+/// for a request that charges the default.
+fn known(obj: &Map<String, Value>, what: &str, fields: &[&str]) -> Result<(), JsonError> {
+    match obj.keys().find(|k| !fields.contains(&k.as_str())) {
+        Some(k) => Err(err(format!(
+            "unknown field {k:?} in {what} (known: {})",
+            fields.join(", ")
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn uint(v: &Value, name: &str, max: u64) -> Result<u64, JsonError> {
     let n = match v {
         Value::Number(n) => n.as_u64().or_else(|| {
@@ -81,6 +95,11 @@ fn unit(v: &Value) -> Result<Unit, JsonError> {
 pub fn request_from_json(body: &[u8]) -> Result<RlsRequest, JsonError> {
     let v: Value = serde_json::from_slice(body).map_err(|e| err(e.to_string()))?;
     let obj = object(&v, "the request")?;
+    known(
+        obj,
+        "the request",
+        &["domain", "descriptors", "hitsAddend", "hits_addend"],
+    )?;
     let domain = field(obj, "domain", "domain")?
         .map(|v| string(v, "domain"))
         .transpose()?
@@ -106,6 +125,11 @@ pub fn request_from_json(body: &[u8]) -> Result<RlsRequest, JsonError> {
 }
 
 fn descriptor(obj: &Map<String, Value>) -> Result<RlsDescriptor, JsonError> {
+    known(
+        obj,
+        "a descriptor",
+        &["entries", "limit", "hitsAddend", "hits_addend"],
+    )?;
     let mut entries = Vec::new();
     if let Some(list) = field(obj, "entries", "entries")? {
         let list = list
@@ -113,6 +137,7 @@ fn descriptor(obj: &Map<String, Value>) -> Result<RlsDescriptor, JsonError> {
             .ok_or_else(|| err("entries must be an array"))?;
         for e in list {
             let e = object(e, "an entry")?;
+            known(e, "an entry", &["key", "value"])?;
             let key = field(e, "key", "key")?
                 .map(|v| string(v, "key"))
                 .transpose()?
@@ -127,6 +152,11 @@ fn descriptor(obj: &Map<String, Value>) -> Result<RlsDescriptor, JsonError> {
     let limit = field(obj, "limit", "limit")?
         .map(|l| -> Result<Option<LimitOverride>, JsonError> {
             let l = object(l, "limit")?;
+            known(
+                l,
+                "limit",
+                &["requestsPerUnit", "requests_per_unit", "unit"],
+            )?;
             let rpu = field(l, "requestsPerUnit", "requests_per_unit")?
                 .map(|v| uint(v, "requestsPerUnit", u64::from(u32::MAX)))
                 .transpose()?

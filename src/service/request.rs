@@ -50,6 +50,21 @@ impl RlsRequest {
     }
 }
 
+impl RlsRequest {
+    /// `Err` with envoyproxy/ratelimit's message when the domain is empty
+    /// or there is no descriptor: it answers such a request with an error
+    /// (gRPC UNKNOWN, `/json` 400), never with a status list.
+    pub(crate) fn check_required(&self) -> Result<(), &'static str> {
+        if self.domain.is_empty() {
+            Err("rate limit domain must not be empty")
+        } else if self.descriptors.is_empty() {
+            Err("rate limit descriptor list must not be empty")
+        } else {
+            Ok(())
+        }
+    }
+}
+
 /// One descriptor of a request.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RlsDescriptor {

@@ -331,15 +331,31 @@ impl MemoryStore {
 
         let mut steps: Few<Step> = Few::with_capacity(batch.items.len());
         let mut expired = 0;
-        for (item, &(shard, key)) in batch.items.iter().zip(&located) {
+        for (i, (item, &(shard, key))) in batch.items.iter().zip(&located).enumerate() {
             let g = guard(&guards, shard);
-            let state = guards[g].1.live(key, now);
-            let step = item
-                .algorithm
-                .decide_as(state, now, batch.cost_of(item), batch.holder);
-            if item.algorithm.is_concurrency() && step.state.is_some() {
-                expired += concurrency::expired(state, now);
-            }
+            // A key repeated in the batch decides on the state its latest
+            // admitted copy left, so every copy is charged in order (a
+            // refused copy charges nothing and leaves the state as it was).
+            let chained = (0..i)
+                .rev()
+                .find(|&j| located[j].1 == key && steps[j].state.is_some());
+            let step = match chained {
+                Some(j) => {
+                    let state = steps[j].state.clone();
+                    item.algorithm
+                        .decide_as(state.as_ref(), now, batch.cost_of(item), batch.holder)
+                }
+                None => {
+                    let state = guards[g].1.live(key, now);
+                    let step =
+                        item.algorithm
+                            .decide_as(state, now, batch.cost_of(item), batch.holder);
+                    if item.algorithm.is_concurrency() && step.state.is_some() {
+                        expired += concurrency::expired(state, now);
+                    }
+                    step
+                }
+            };
             steps.push(step);
         }
         let mut verdicts: Vec<_> = steps.iter().map(|s| s.verdict).collect();
@@ -350,9 +366,10 @@ impl MemoryStore {
             // written, so a full shard never evicts what this request just
             // charged.
             let mut new_keys: Few<usize> = smallvec::smallvec![0; guards.len()];
-            for (&(shard, key), step) in located.iter().zip(&steps) {
+            for (i, (&(shard, key), step)) in located.iter().zip(&steps).enumerate() {
                 let g = guard(&guards, shard);
-                if step.state.is_some() && !guards[g].1.map.contains_key(&key) {
+                let first = !located[..i].iter().any(|&(_, k)| k == key);
+                if first && step.state.is_some() && !guards[g].1.map.contains_key(&key) {
                     new_keys[g] += 1;
                 }
             }
@@ -361,6 +378,8 @@ impl MemoryStore {
                     evicted += guards[g].1.make_room(need, now);
                 }
             }
+            // In batch order: a repeated key ends with its last admitted
+            // copy's state, which was decided on every earlier one's.
             for (&(shard, key), step) in located.iter().zip(steps) {
                 if let Some(state) = step.state {
                     let g = guard(&guards, shard);

@@ -168,13 +168,21 @@ impl<'a> Batch<'a> {
         !self.peek && self.items.iter().any(|i| i.cost.is_some())
     }
 
-    /// [`uncharge`] for this batch's items at each one's own cost.
+    /// [`uncharge`] for this batch's items at each one's own cost. A key
+    /// repeated in the batch was decided on what its earlier admitted
+    /// copies charged, so each admitted copy gets back those charges too:
+    /// every copy then reports the state the refused request left.
     pub fn uncharge(&self, verdicts: &mut [Verdict]) {
-        for (item, v) in self.items.iter().zip(verdicts.iter_mut()) {
+        for i in 0..self.items.len().min(verdicts.len()) {
+            let item = &self.items[i];
+            let earlier: u64 = (0..i)
+                .filter(|&j| self.items[j].key == item.key && verdicts[j].allowed)
+                .map(|j| self.cost_of(&self.items[j]))
+                .fold(0, u64::saturating_add);
             uncharge(
                 std::slice::from_ref(item),
-                std::slice::from_mut(v),
-                self.cost_of(item),
+                std::slice::from_mut(&mut verdicts[i]),
+                self.cost_of(item).saturating_add(earlier),
             );
         }
     }

@@ -294,7 +294,15 @@ pub(crate) fn decide_cmd(scripts: &Scripts, batch: &Batch<'_>, items: &[&Item]) 
     } else {
         cmd.arg(batch.effective_cost());
     }
-    cmd.arg(if batch.peek { "1" } else { "0" });
+    // A key named twice is charged twice, in order: the script then writes
+    // as it decides (and undoes it all if the call is refused).
+    cmd.arg(if batch.peek {
+        "1"
+    } else if repeats(items) {
+        "r"
+    } else {
+        "0"
+    });
     for item in items {
         cmd.arg(item.algorithm.kind())
             .arg(if item.shadow { "1" } else { "0" });
@@ -310,6 +318,18 @@ pub(crate) fn decide_cmd(scripts: &Scripts, batch: &Batch<'_>, items: &[&Item]) 
         }
     }
     cmd
+}
+
+/// Whether two of `items` name the same key.
+fn repeats(items: &[&Item]) -> bool {
+    if items.len() <= 8 {
+        return items
+            .iter()
+            .enumerate()
+            .any(|(i, a)| items[..i].iter().any(|b| b.key == a.key));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(items.len());
+    !items.iter().all(|i| seen.insert(i.key.as_str()))
 }
 
 /// `EVALSHA` of the refund script giving back what `reply` charged.

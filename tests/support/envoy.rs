@@ -98,6 +98,10 @@ pub struct EnvoyOptions {
     pub timeout: Duration,
     /// Worker threads (`--concurrency`).
     pub concurrency: u32,
+    /// `rate_limits` of the ratelimit filter itself (YAML list items at
+    /// column 0), Envoy's newer form whose entries honour `hits_addend`
+    /// and `apply_on_stream_done`; the route then keeps none of its own.
+    pub filter_rate_limits: Option<String>,
 }
 
 impl EnvoyOptions {
@@ -110,6 +114,7 @@ impl EnvoyOptions {
             failure_mode_deny: false,
             timeout: Duration::from_secs(2),
             concurrency: 1,
+            filter_rate_limits: None,
         }
     }
 }
@@ -119,7 +124,10 @@ impl EnvoyOptions {
 /// on `upstream_port`, answering 200 `ok` itself), the RLS cluster
 /// `ratewatch` over h2c. Every request with an `x-api-key` header sends
 /// two descriptors: `[(api_key, <the header>)]` and
-/// `[(generic_key, edge)]`, in that order.
+/// `[(generic_key, edge)]`, in that order (unless the filter has
+/// `o.filter_rate_limits`). The upstream's answer carries the request's
+/// `x-tokens` header back as `x-tokens-used` (what an LLM upstream reports
+/// it spent).
 pub fn config(o: &EnvoyOptions, edge_port: u16, upstream_port: u16, admin_port: u16) -> String {
     let endpoints = |ports: &[u16]| {
         ports
@@ -158,11 +166,7 @@ static_resources:
               - match: {{ prefix: "/" }}
                 route:
                   cluster: upstream
-                  rate_limits:
-                  - actions:
-                    - request_headers: {{ header_name: x-api-key, descriptor_key: api_key }}
-                  - actions:
-                    - generic_key: {{ descriptor_value: edge }}
+                  rate_limits:{{route_rate_limits}}
           http_filters:{{ratelimit_filter}}
           - name: envoy.filters.http.router
             typed_config:
@@ -183,6 +187,8 @@ static_resources:
               routes:
               - match: {{ prefix: "/" }}
                 direct_response: {{ status: 200, body: {{ inline_string: "ok" }} }}
+                response_headers_to_add:
+                - header: {{ key: x-tokens-used, value: "%REQ(x-tokens)%" }}
           http_filters:
           - name: envoy.filters.http.router
             typed_config:
@@ -197,6 +203,24 @@ static_resources:
 {{rls_cluster}}"#,
         upstream = endpoints(&[upstream_port]),
     );
+    let indent =
+        |yaml: &str, by: &str| -> String { yaml.lines().map(|l| format!("\n{by}{l}")).collect() };
+    let route_limits = match &o.filter_rate_limits {
+        Some(_) => " []".to_owned(),
+        None => indent(
+            "- actions:\n  - request_headers: { header_name: x-api-key, descriptor_key: api_key }\n\
+             - actions:\n  - generic_key: { descriptor_value: edge }",
+            "                  ",
+        ),
+    };
+    let text = text.replace("{route_rate_limits}", &route_limits);
+    let filter_limits = match &o.filter_rate_limits {
+        Some(y) => format!(
+            "\n              rate_limits:{}",
+            indent(y, "              ")
+        ),
+        None => String::new(),
+    };
     if o.rls_ports.is_empty() {
         return text
             .replace("{ratelimit_filter}", "")
@@ -214,7 +238,7 @@ static_resources:
               rate_limit_service:
                 transport_api_version: V3
                 grpc_service:
-                  envoy_grpc: {{ cluster_name: ratewatch }}"#,
+                  envoy_grpc: {{ cluster_name: ratewatch }}{filter_limits}"#,
         domain = o.domain,
         deny = o.failure_mode_deny,
     );

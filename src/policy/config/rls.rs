@@ -11,15 +11,24 @@ use super::ConfigError;
 use super::reader::{Result, Source, Table};
 use super::rules::limits;
 use crate::algorithm::Algorithm;
-use crate::policy::rls::{DescriptorRule, Domain, DomainSet, RlsFailure, RlsSettings, RlsUnit};
+use crate::policy::rls::{
+    DescriptorRule, Domain, DomainSet, RlsFailure, RlsHeaders, RlsSettings, RlsUnit,
+};
 use crate::policy::{FailurePolicy, LeaseMode, Limit, Scope};
 
 /// Keys of `[rls]`.
-const RLS_KEYS: [&str; 4] = ["envoy_configs", "on_store_failure", "token", "domains"];
+const RLS_KEYS: [&str; 5] = [
+    "envoy_configs",
+    "on_store_failure",
+    "token",
+    "domains",
+    "response_headers",
+];
 /// Keys of one `[[rls.domains]]`.
 const DOMAIN_KEYS: [&str; 2] = ["name", "rules"];
 /// Keys of one `[[rls.domains.rules]]`.
-const RULE_KEYS: [&str; 11] = [
+const RULE_KEYS: [&str; 12] = [
+    "apply_on_stream_done",
     "descriptor",
     "name",
     "limits",
@@ -55,6 +64,9 @@ pub(super) fn rls(t: Option<Table<'_>>, cx: &Context<'_>) -> Result<RlsSettings>
     t.only(&RLS_KEYS, "[rls]")?;
     if let Some(f) = t.choice("on_store_failure", &RlsFailure::CHOICES)? {
         out.on_store_failure = f;
+    }
+    if let Some(h) = t.choice("response_headers", &RlsHeaders::CHOICES)? {
+        out.response_headers = h;
     }
     if let Some(token) = t.str("token")? {
         if token.len() < 16 {
@@ -236,6 +248,27 @@ fn native_rule(
             cx.src.error(cx.src.locate(cx.doc, &field), field, message)
         },
     )?;
+    // An in-flight slot is held until the response ends, which a rate
+    // limit service never hears of: such a limit could only take slots
+    // and never give them back, or never refuse.
+    if let Some(i) = limits
+        .iter()
+        .position(|l| matches!(l.algorithm, Algorithm::Concurrency { .. }))
+    {
+        let field = format!("{}[{i}].algorithm", t.field("limits"));
+        return Err(cx.src.error(
+            cx.src.locate(cx.doc, &field),
+            field,
+            "is \"concurrency\", which a descriptor rule cannot enforce: the decision service never hears when a request ends, so no slot could be given back; use a rate (token_bucket, gcra, ...) here and a concurrency limit in the middleware",
+        ));
+    }
+    let apply_on_stream_done = t.bool("apply_on_stream_done")?.unwrap_or(false);
+    if apply_on_stream_done && unlimited {
+        return Err(t.error_at(
+            "apply_on_stream_done",
+            "is true, but the rule is unlimited: it has nothing to charge",
+        ));
+    }
     let unit = limits.first().and_then(|l| unit_of(&l.algorithm));
     let rule = DescriptorRule {
         label: name.unwrap_or(&label_path).into(),
@@ -250,6 +283,8 @@ fn native_rule(
         on_store_failure: t.choice("on_store_failure", &RlsFailure::CHOICES)?,
         mode: t.choice("mode", &LeaseMode::CHOICES)?,
         detailed_metric: t.bool("detailed_metric")?.unwrap_or(false),
+        deny: false,
+        apply_on_stream_done,
     };
     Ok((path, rule))
 }

@@ -232,6 +232,8 @@ impl Domain {
             on_store_failure: None,
             mode: None,
             detailed_metric: false,
+            deny: false,
+            apply_on_stream_done: false,
         }
     }
 

@@ -50,9 +50,10 @@ impl Domain {
     /// self-naming `replaces` entry, unknown fields, lists of non-mappings.
     /// Stricter than it: fields are checked per level (a `unit` beside
     /// `key` is a mistake, not ignored), a key repeated in one mapping and
-    /// a `requests_per_unit` of 0 are refused, and `quota_mode` and
+    /// a missing `requests_per_unit` are refused, and `quota_mode` and
     /// `share_threshold` are only accepted as `false`, which ratewatch
-    /// does not implement.
+    /// does not implement. A `requests_per_unit` of 0 is its deny-list
+    /// idiom: the rule refuses every charge ([`DescriptorRule::deny`]).
     ///
     /// ```
     /// use ratewatch::policy::rls::Domain;
@@ -361,14 +362,16 @@ impl Cx<'_> {
             Some(n) if !n.is_null() => Some(self.requests_per_unit(n, &rpu_field)?),
             _ => None,
         };
-        if !unlimited && rpu.is_none_or(|n| n == 0) {
+        if !unlimited && rpu.is_none() {
             let line = map.line_of("requests_per_unit").unwrap_or(node.line());
             return Err(self.error(
                 line,
                 &rpu_field,
-                "must be at least 1 (a limit of 0 would refuse every request; write `unlimited: true` for none)",
+                "is required: a whole number of requests per unit (0 refuses every request; write `unlimited: true` for none)",
             ));
         }
+        // envoyproxy/ratelimit's deny-list idiom: 0 refuses every hit.
+        let deny = !unlimited && rpu == Some(0);
         let name = match map.get("name") {
             Some(n) => Some(self.string(n, &join(path, "name"))?).filter(|n| !n.is_empty()),
             None => None,
@@ -378,7 +381,7 @@ impl Cx<'_> {
             None => Vec::new(),
         };
         let limits = match (unlimited, unit, rpu) {
-            (false, Some(unit), Some(n)) => vec![unit.limit(n)],
+            (false, Some(unit), Some(n)) if n > 0 => vec![unit.limit(n)],
             _ => Vec::new(),
         };
         Ok(DescriptorRule {
@@ -394,6 +397,8 @@ impl Cx<'_> {
             on_store_failure: None,
             mode: None,
             detailed_metric: false,
+            deny,
+            apply_on_stream_done: false,
         })
     }
 
@@ -411,7 +416,7 @@ impl Cx<'_> {
             node.line(),
             field,
             format!(
-                "must be a whole number from 1 to {}, got {}",
+                "must be a whole number from 0 to {}, got {}",
                 u32::MAX,
                 match node {
                     Node::Scalar { text, .. } => format!("\"{text}\""),
@@ -553,8 +558,12 @@ mod tests {
     }
 
     #[test]
-    fn requests_per_unit_is_a_positive_32_bit_number() {
-        for bad in ["0", "-1", "ten", "4294967296", "'5'", "[1]"] {
+    fn requests_per_unit_is_a_32_bit_number_and_zero_denies() {
+        let zero = "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 0\n";
+        let d = Domain::from_envoy_yaml(zero, None).unwrap();
+        let rule = d.find(&[("a", "1")]).unwrap();
+        assert!(rule.deny && rule.limits.is_empty() && rule.unit == Some(RlsUnit::Second));
+        for bad in ["-1", "ten", "4294967296", "'5'", "[1]"] {
             let yaml = format!(
                 "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: {bad}\n"
             );

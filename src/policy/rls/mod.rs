@@ -14,4 +14,4 @@ mod yaml;
 
 pub use domain::{Domain, DomainSet};
 pub use rule::{DescriptorRule, RlsUnit};
-pub use settings::{RlsFailure, RlsSettings};
+pub use settings::{RlsFailure, RlsHeaders, RlsSettings};

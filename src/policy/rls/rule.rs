@@ -133,4 +133,16 @@ pub struct DescriptorRule {
     pub mode: Option<LeaseMode>,
     /// Accepted from YAML; metric labels stay the bounded `label` anyway.
     pub detailed_metric: bool,
+    /// envoyproxy/ratelimit's `requests_per_unit: 0` (its deny-list
+    /// idiom): every charge of the descriptor is refused, a check
+    /// (addend 0) passes; `unit` says the window reported.
+    pub deny: bool,
+    /// Native: the rule's charges arrive after the response (Envoy's
+    /// `apply_on_stream_done` entry reporting the tokens used): a charge
+    /// whose addend the request states (a descriptor's `hits_addend`, or
+    /// the request's above 0) always lands, past the limit as capped
+    /// debt; a request with no addend is decided as usual at 1 (refused
+    /// once nothing is left), and an explicit 0 checks (refused once the
+    /// counter is past its limit).
+    pub apply_on_stream_done: bool,
 }

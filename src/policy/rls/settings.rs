@@ -49,6 +49,24 @@ impl RlsFailure {
     }
 }
 
+/// What a decision service's answer carries for the client's response
+/// (`response_headers_to_add`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RlsHeaders {
+    /// Nothing, as envoyproxy/ratelimit sends by default: Envoy builds
+    /// its own `X-RateLimit-*` from the statuses when asked to.
+    #[default]
+    None,
+    /// The IETF draft's `RateLimit-Policy` and `RateLimit`.
+    Ietf,
+}
+
+impl RlsHeaders {
+    /// The config spellings, for parsing and messages.
+    pub const CHOICES: [(&'static str, RlsHeaders); 2] =
+        [("none", RlsHeaders::None), ("ietf", RlsHeaders::Ietf)];
+}
+
 /// `[rls]` of a policy, with every domain loaded (YAML and native).
 ///
 /// Its `Debug` output hides the token: policies are printed to logs and
@@ -62,6 +80,8 @@ pub struct RlsSettings {
     pub on_store_failure: RlsFailure,
     /// A bearer token the HTTP endpoints require from non-loopback callers.
     pub token: Option<String>,
+    /// `[rls] response_headers`: what answers carry for the client.
+    pub response_headers: RlsHeaders,
     /// The envoyproxy/ratelimit YAML files, resolved against the policy
     /// file's directory: part of the policy, so a reload re-reads them and
     /// a follower watches them.
@@ -74,6 +94,7 @@ impl std::fmt::Debug for RlsSettings {
             .field("domains", &self.domains)
             .field("on_store_failure", &self.on_store_failure)
             .field("token", &self.token.as_ref().map(|_| "<hidden>"))
+            .field("response_headers", &self.response_headers)
             .field("envoy_configs", &self.envoy_configs)
             .finish()
     }
