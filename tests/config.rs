@@ -320,7 +320,7 @@ fn unknown_key_in_a_limit_lists_what_that_algorithm_takes() {
     );
     assert_says(
         &msg,
-        &["name, algorithm, shadow, scope, mode, capacity, refill_per_second"],
+        &["name, algorithm, shadow, scope, mode, unit, capacity, refill_per_second"],
     );
 }
 

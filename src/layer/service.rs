@@ -177,7 +177,7 @@ fn metered<S, ReqBody, ResBody>(
     identity: crate::Identity,
     tier: String,
     route: Option<crate::RouteMatch>,
-    cost: Option<u64>,
+    cost: Option<crate::Costs>,
 ) -> ResponseFuture<S::Future>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
@@ -188,7 +188,7 @@ where
 {
     ResponseFuture::waiting(Box::pin(async move {
         let (decision, reservation) = limiter
-            .reserve(&identity, &tier, route.as_ref(), cost)
+            .reserve_costs(&identity, &tier, route.as_ref(), cost.as_ref())
             .await;
         let decision = match answer(&limiter, &options, decision, &identity, &parts) {
             Answer::Refuse(refusal) => return Ok(refusal.get().await),
@@ -206,6 +206,9 @@ where
         let mut res = inner.call(req).await?;
         if let Some(crate::Usage(units)) = res.extensions().get() {
             meter.record(*units);
+        }
+        if let Some(crate::UnitUsage(used)) = res.extensions().get() {
+            meter.record_costs(used);
         }
         drop(meter);
         headers::insert_families(res.headers_mut(), &decision, options.headers);

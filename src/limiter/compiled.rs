@@ -32,6 +32,10 @@ pub(crate) struct CompiledLimit {
     /// The mode it asks for (its scope's default if unset; `None`: it
     /// follows the request's other limits).
     pub mode: Option<crate::policy::LeaseMode>,
+    /// The unit it counts.
+    pub unit: Arc<str>,
+    /// Whether that unit is requests (charged the route rule's cost).
+    pub requests: bool,
 }
 
 impl CompiledLimit {
@@ -46,6 +50,8 @@ impl CompiledLimit {
             algorithm,
             local,
             mode: limit.effective_mode(),
+            unit: limit.unit.as_str().into(),
+            requests: limit.counts_requests(),
         }
     }
 }
@@ -283,6 +289,7 @@ impl Compiled {
                     },
                     shadow: l.shadow,
                     cost: None,
+                    require_left: false,
                 }
             })
             .collect();

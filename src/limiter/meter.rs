@@ -20,14 +20,21 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use super::Costs;
 use super::reserve::Reservation;
 
-/// What a request really used, in the units of its cost: a handler puts it
-/// into its response's extensions, and the layer records it in the
-/// request's [`Meter`] when the response head comes back (replacing what
-/// was recorded before).
+/// What a request really used, in its reservation's primary unit
+/// ([`Reservation::primary_unit`]: requests unless its limits count
+/// another unit, such as tokens): a handler puts it into its response's
+/// extensions, and the layer records it in the request's [`Meter`] when
+/// the response head comes back (replacing what was recorded before).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Usage(pub u64);
+
+/// What a request really used, per unit: [`Usage`] for several units. A
+/// unit it does not name keeps what was recorded (or reserved).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitUsage(pub Costs);
 
 /// The running usage of one admitted request, settled when the last clone
 /// drops. Cheap to clone; every clone counts into the same total.
@@ -39,8 +46,12 @@ pub struct Meter {
 #[derive(Debug)]
 struct Inner {
     reservation: Mutex<Option<Reservation>>,
+    /// The reservation's primary unit, what `actual` counts.
+    primary: Arc<str>,
     actual: AtomicU64,
     recorded: AtomicBool,
+    /// What was recorded in the other units.
+    others: Mutex<Costs>,
 }
 
 impl Meter {
@@ -48,9 +59,11 @@ impl Meter {
     pub fn new(reservation: Reservation) -> Self {
         Self {
             inner: Arc::new(Inner {
+                primary: reservation.primary_unit().into(),
                 reservation: Mutex::new(Some(reservation)),
                 actual: AtomicU64::new(0),
                 recorded: AtomicBool::new(false),
+                others: Mutex::default(),
             }),
         }
     }
@@ -62,8 +75,10 @@ impl Meter {
         Self {
             inner: Arc::new(Inner {
                 reservation: Mutex::new(None),
+                primary: super::costs::requests_unit(),
                 actual: AtomicU64::new(0),
                 recorded: AtomicBool::new(false),
+                others: Mutex::default(),
             }),
         }
     }
@@ -104,23 +119,66 @@ impl Meter {
             .load(Ordering::Acquire)
             .then(|| self.inner.actual.load(Ordering::Relaxed))
     }
+
+    /// The unit [`Meter::record`] and [`Meter::add`] count in (the
+    /// reservation's primary unit; `requests` with nothing reserved).
+    pub fn primary_unit(&self) -> &str {
+        &self.inner.primary
+    }
+
+    /// Sets the request's actual usage in `unit` to `units`.
+    pub fn record_unit(&self, unit: &str, units: u64) {
+        if unit == &*self.inner.primary {
+            self.record(units);
+        } else {
+            self.inner.others.lock().set(unit.to_owned(), units);
+        }
+    }
+
+    /// Adds `units` to the request's actual usage in `unit` (saturating).
+    pub fn add_unit(&self, unit: &str, units: u64) {
+        if unit == &*self.inner.primary {
+            self.add(units);
+        } else {
+            self.inner.others.lock().add(unit.to_owned(), units);
+        }
+    }
+
+    /// Records every unit `used` names ([`Meter::record_unit`]).
+    pub fn record_costs(&self, used: &Costs) {
+        for (unit, n) in used.iter() {
+            self.record_unit(unit, n);
+        }
+    }
+
+    /// The usage recorded so far in every unit (empty if nothing was).
+    pub fn actual_costs(&self) -> Costs {
+        let mut used = self.inner.others.lock().clone();
+        if let Some(n) = self.actual() {
+            used.set(self.inner.primary.to_string(), n);
+        }
+        used
+    }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if !*self.recorded.get_mut() {
+        let mut used = std::mem::take(self.others.get_mut());
+        if *self.recorded.get_mut() {
+            used.set(self.primary.to_string(), *self.actual.get_mut());
+        }
+        if used.is_empty() {
             return;
         }
         let Some(reservation) = self.reservation.get_mut().take() else {
             return;
         };
-        let actual = *self.actual.get_mut();
         // Settling waits on the store: it goes on in the background, never
         // holding up the response (or a drop on a thread without a
         // runtime, where it cannot run and counts as failed).
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                rt.spawn(reservation.settle(actual));
+                rt.spawn(async move { reservation.settle_costs(&used).await });
             }
             Err(_) => {
                 crate::telemetry::cost::settled(&reservation.tier, &reservation.route, "failed", 0);

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::live::{Live, RouteMatch};
-use super::{Decision, Limiter};
+use super::{Costs, Decision, Limiter};
 use crate::identity::{Identity, KeyExtractor};
 use crate::policy::Policy;
 use crate::policy::PolicyVersion;
@@ -143,12 +143,25 @@ impl PolicySnapshot {
         route: Option<&RouteMatch>,
         cost: u64,
     ) -> Decision {
+        self.check_with_costs(identity, tier, route, &Costs::requests(cost))
+            .await
+    }
+
+    /// [`PolicySnapshot::check`] charging each limit the request's cost in
+    /// its unit ([`Limiter::check_costs`]).
+    pub async fn check_with_costs(
+        &self,
+        identity: &Identity,
+        tier: &str,
+        route: Option<&RouteMatch>,
+        costs: &Costs,
+    ) -> Decision {
         let live = route.map_or(&self.live, |r| &r.live);
         let index = route.map(|r| r.index);
         // The same counters as the layer's: the deployment's keyed hash.
         let keyed = identity.with_key(&live.key);
         let identity = &*keyed;
-        let cost = Some(cost);
+        let cost = Some(costs);
         if let Some(d) = self
             .limiter
             .run_now_cost(live, identity, tier, index, false, cost)

@@ -335,7 +335,11 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
         check_limits(&route.limits, &format!("{at}.limits"), route.cost)?;
         for (ti, tier) in p.tiers.iter().enumerate() {
             for (li, limit) in tier.limits.iter().enumerate() {
-                if route.cost > limit.algorithm.max_cost() && !route.exempt && !limit.shadow {
+                if route.cost > limit.algorithm.max_cost()
+                    && limit.counts_requests()
+                    && !route.exempt
+                    && !limit.shadow
+                {
                     return Err((
                         format!("{at}.cost"),
                         format!(
@@ -456,7 +460,23 @@ pub(crate) fn check_limits(limits: &[Limit], at: &str, cost: u64) -> Result<(), 
                 ),
             ));
         }
-        if cost > limit.algorithm.max_cost() && !limit.shadow {
+        if let Some(message) = super::check_unit(&limit.unit) {
+            return Err((format!("{at}.unit"), message));
+        }
+        if limit.algorithm.is_concurrency() && !limit.counts_requests() {
+            return Err((
+                format!("{at}.unit"),
+                format!(
+                    "is \"{}\", but an in-flight (concurrency) limit counts requests in \
+                     flight, one slot each whatever their costs; remove `unit` (or write \
+                     \"requests\")",
+                    limit.unit
+                ),
+            ));
+        }
+        // The route's cost is in requests: a limit of another unit is
+        // charged the request's cost in its own unit, known per request.
+        if limit.counts_requests() && cost > limit.algorithm.max_cost() && !limit.shadow {
             return Err((
                 format!("{at}.{}", shares::quota_field(&limit.algorithm)),
                 format!(

@@ -142,6 +142,13 @@ pub(crate) fn check(p: &Policy) -> Result<(), (String, String)> {
             })
         });
         for (limit, at, cost, local_cost) in tier_limits.chain(route_limits) {
+            // Route costs are in requests; a limit of another unit is
+            // asked for the request's cost in its unit, known per request.
+            let (cost, local_cost) = if limit.counts_requests() {
+                (cost, local_cost)
+            } else {
+                (None, None)
+            };
             let quota = limit.algorithm.quota();
             let field = format!("{at}.{}", quota_field(&limit.algorithm));
             let enforced = split_share(limit, split);

@@ -334,9 +334,7 @@ impl MemoryStore {
         for (item, &(shard, key)) in batch.items.iter().zip(&located) {
             let g = guard(&guards, shard);
             let state = guards[g].1.live(key, now);
-            let step = item
-                .algorithm
-                .decide_as(state, now, batch.cost_of(item), batch.holder);
+            let step = batch.step(item, state, now);
             if item.algorithm.is_concurrency() && step.state.is_some() {
                 expired += concurrency::expired(state, now);
             }
@@ -408,7 +406,7 @@ impl MemoryStore {
         } else {
             0
         };
-        let step = item.algorithm.decide_as(state, now, cost, batch.holder);
+        let step = batch.step(item, state, now);
         let mut verdicts = vec![step.verdict];
         let allowed = item.shadow || step.verdict.allowed;
         let mut evicted = 0;

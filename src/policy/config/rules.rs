@@ -20,15 +20,16 @@ const ALGORITHMS: [(&str, &[&str]); 7] = [
 ];
 
 /// Keys every limit may have, whatever its algorithm.
-const COMMON: [&str; 5] = ["name", "algorithm", "shadow", "scope", "mode"];
+const COMMON: [&str; 6] = ["name", "algorithm", "shadow", "scope", "mode", "unit"];
 
 /// Every key some limit may have.
-const ANY_LIMIT_KEY: [&str; 13] = [
+const ANY_LIMIT_KEY: [&str; 14] = [
     "name",
     "algorithm",
     "shadow",
     "scope",
     "mode",
+    "unit",
     "capacity",
     "refill_per_second",
     "limit",
@@ -211,6 +212,13 @@ fn limit(t: &Table<'_>) -> Result<Limit> {
     ];
     limit.scope = t.choice("scope", &scopes)?.unwrap_or_default();
     limit.mode = t.choice("mode", &LeaseMode::CHOICES)?;
+    if let Some(unit) = t.get("unit") {
+        let name = unit.as_str()?;
+        if let Some(message) = crate::policy::check_unit(name) {
+            return Err(unit.error(message));
+        }
+        limit.unit = name.to_owned();
+    }
     Ok(limit)
 }
 

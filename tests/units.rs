@@ -1,0 +1,373 @@
+//! Limits counting units: one tier holding requests per minute, tokens per
+//! minute and an in-flight limit, charged in one atomic decision, all or
+//! nothing, each limit in its own unit; a request naming no tokens checked
+//! without charge; settles per unit. The same answers on the memory store,
+//! a Redis node and a Redis Cluster.
+
+mod support;
+
+use std::time::Duration;
+
+use ratewatch::identity::{Identity, IdentityKind};
+use ratewatch::policy::{StoreKind, StoreSettings};
+use ratewatch::{Costs, Decision, Limit, Limiter, Policy, RouteRule, Settled, Tier};
+use support::{RedisCluster, RedisServer};
+
+/// A refill so slow nothing comes back during a test.
+const SLOW: f64 = 0.000_001;
+
+fn policy(store: StoreSettings) -> Policy {
+    Policy::builder()
+        .tier(
+            Tier::new("free")
+                .limit(Limit::token_bucket("rpm", 10, SLOW))
+                .limit(Limit::token_bucket("tpm", 1000, SLOW).unit("tokens"))
+                .limit(Limit::concurrency("streams", 2)),
+        )
+        .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
+        .route(RouteRule::new("POST", "/v1/chat").with_cost(2))
+        .store(store)
+        .build()
+        .unwrap()
+}
+
+fn redis(server: &RedisServer) -> StoreSettings {
+    StoreSettings {
+        kind: StoreKind::Redis,
+        url: Some(server.url()),
+        timeout: Duration::from_secs(2),
+        ..Default::default()
+    }
+}
+
+fn cluster(c: &RedisCluster) -> StoreSettings {
+    StoreSettings {
+        kind: StoreKind::RedisCluster,
+        nodes: c.urls(),
+        timeout: Duration::from_secs(2),
+        ..Default::default()
+    }
+}
+
+fn caller(key: &str) -> Identity {
+    Identity::new(IdentityKind::ApiKey, key)
+}
+
+fn tokens(n: u64) -> Costs {
+    Costs::new().with("tokens", n)
+}
+
+/// Whole units left of `name` in `d`.
+fn left(d: &Decision, name: &str) -> f64 {
+    d.limits
+        .iter()
+        .find(|l| l.name.as_ref() == name)
+        .unwrap_or_else(|| panic!("no limit {name}"))
+        .remaining
+        .expect("known")
+        .floor()
+}
+
+async fn peek(limiter: &Limiter, who: &Identity) -> Decision {
+    limiter.peek(who, "free", None).await
+}
+
+/// Every unit's rule, on one store.
+async fn units_on(store: StoreSettings) {
+    let limiter = Limiter::new(policy(store)).await.unwrap();
+
+    // One decision, each limit charged in its own unit.
+    let who = caller("free_a");
+    let d = limiter.check_costs(&who, "free", None, &tokens(300)).await;
+    assert!(d.allowed, "{d:?}");
+    assert!(!d.is_fallback());
+    assert_eq!(left(&d, "rpm"), 9.0);
+    assert_eq!(left(&d, "tpm"), 700.0);
+    assert_eq!(left(&d, "streams"), 1.0, "the request holds one slot");
+    let units: Vec<&str> = d.units().map(|u| u.as_ref()).collect();
+    assert_eq!(units, ["requests", "tokens"]);
+    drop(d);
+    // The route's cost is in requests; tokens stay what the request says.
+    let route = limiter.route_for("POST", "/v1/chat");
+    let d = limiter.check_costs(&who, "free", route, &tokens(100)).await;
+    assert!(d.allowed);
+    assert_eq!((left(&d, "rpm"), left(&d, "tpm")), (7.0, 600.0));
+    drop(d);
+
+    // All or nothing across units: a tokens refusal charges no request.
+    let d = limiter.check_costs(&who, "free", None, &tokens(601)).await;
+    assert!(!d.allowed);
+    assert_eq!(
+        d.refused_by().expect("refused by a limit").name.as_ref(),
+        "tpm"
+    );
+    assert_eq!(d.refused_by().unwrap().unit.as_ref(), "tokens");
+    let after = peek(&limiter, &who).await;
+    assert_eq!((left(&after, "rpm"), left(&after, "tpm")), (7.0, 600.0));
+    // And a requests refusal charges no token.
+    let d = limiter
+        .check_costs(&who, "free", None, &tokens(10).with("requests", 8))
+        .await;
+    assert!(!d.allowed);
+    assert_eq!(d.refused_by().unwrap().name.as_ref(), "rpm");
+    let after = peek(&limiter, &who).await;
+    assert_eq!((left(&after, "rpm"), left(&after, "tpm")), (7.0, 600.0));
+
+    // Check now, charge later: a request naming no tokens is checked
+    // without charge, and refused once the tokens are used up.
+    let who = caller("free_b");
+    assert!(
+        limiter
+            .check_costs(&who, "free", None, &tokens(999))
+            .await
+            .allowed
+    );
+    let d = limiter.check_costs(&who, "free", None, &Costs::new()).await;
+    assert!(d.allowed, "one token left: {d:?}");
+    assert_eq!(left(&d, "tpm"), 1.0, "a check charges no token");
+    assert!(
+        limiter
+            .check_costs(&who, "free", None, &tokens(1))
+            .await
+            .allowed
+    );
+    for costs in [Costs::new(), tokens(0)] {
+        let d = limiter.check_costs(&who, "free", None, &costs).await;
+        assert!(!d.allowed, "no token left: {costs:?} {d:?}");
+        assert_eq!(d.refused_by().unwrap().name.as_ref(), "tpm");
+        assert!(d.retry_after.is_some());
+    }
+    // The plain check of the middleware names no tokens either.
+    assert!(!limiter.check(&who, "free", None).await.allowed);
+    let after = peek(&limiter, &who).await;
+    assert_eq!((left(&after, "rpm"), left(&after, "tpm")), (7.0, 0.0));
+
+    // Reserve an estimate, settle what was used, per unit.
+    let who = caller("free_c");
+    let (d, r) = limiter
+        .reserve_costs(&who, "free", None, &tokens(500))
+        .await;
+    assert!(d.allowed);
+    let r = r.expect("a reservation");
+    assert_eq!(r.primary_unit(), "tokens");
+    assert_eq!(r.reserved(), 500);
+    assert_eq!(r.reserved_costs().get("requests"), Some(1));
+    let settled = r.settle_costs(&tokens(200)).await;
+    assert_eq!(settled.len(), 1);
+    assert_eq!(settled[0].1, Settled::Refunded(300));
+    let after = peek(&limiter, &who).await;
+    assert_eq!((left(&after, "rpm"), left(&after, "tpm")), (9.0, 800.0));
+    // Nothing reserved in tokens: the whole usage is charged later.
+    let (_, r) = limiter
+        .reserve_costs(&who, "free", None, &Costs::new())
+        .await;
+    let r = r.unwrap();
+    assert_eq!(r.reserved(), 0);
+    assert_eq!(r.settle(250).await, Settled::Charged(250));
+    let after = peek(&limiter, &who).await;
+    assert_eq!((left(&after, "rpm"), left(&after, "tpm")), (8.0, 550.0));
+    // A cancelled reservation gives every unit back.
+    let (_, r) = limiter.reserve_costs(&who, "free", None, &tokens(50)).await;
+    let both = r.unwrap().cancel().await;
+    assert_eq!(both.len(), 2, "{both:?}");
+    let after = peek(&limiter, &who).await;
+    assert_eq!((left(&after, "rpm"), left(&after, "tpm")), (8.0, 550.0));
+    limiter.shutdown().await;
+}
+
+#[tokio::test]
+async fn each_limit_is_charged_in_its_own_unit_on_the_memory_store() {
+    units_on(StoreSettings::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_limit_is_charged_in_its_own_unit_on_redis() {
+    let server = RedisServer::start();
+    units_on(redis(&server)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_limit_is_charged_in_its_own_unit_on_a_redis_cluster() {
+    let c = RedisCluster::start();
+    units_on(cluster(&c)).await;
+}
+
+#[tokio::test]
+async fn a_request_costing_more_tokens_than_the_limit_holds_can_never_pass() {
+    let limiter = Limiter::new(policy(StoreSettings::default()))
+        .await
+        .unwrap();
+    let who = caller("free_d");
+    let d = limiter.check_costs(&who, "free", None, &tokens(1001)).await;
+    assert!(!d.allowed && d.retry_after.is_none());
+    assert_eq!(d.exceeded_quota().unwrap().name.as_ref(), "tpm");
+    let after = peek(&limiter, &who).await;
+    assert_eq!((left(&after, "rpm"), left(&after, "tpm")), (10.0, 1000.0));
+}
+
+#[test]
+fn a_unit_is_read_from_the_policy_file_and_checked() {
+    let ok = r#"
+[[tiers]]
+name = "free"
+limits = [
+  { name = "rpm", algorithm = "sliding_window", limit = 60, window = "60s" },
+  { name = "tpm", algorithm = "sliding_window", limit = 100000, window = "60s", unit = "tokens" },
+  { name = "streams", algorithm = "concurrency", limit = 1 },
+]
+
+[[tiers]]
+name = "anonymous"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }]
+"#;
+    let p = Policy::from_toml_str(ok, Some("p.toml")).unwrap();
+    let units: Vec<&str> = p.tiers[0].limits.iter().map(|l| l.unit.as_str()).collect();
+    assert_eq!(units, ["requests", "tokens", "requests"]);
+
+    for (bad, line, field) in [
+        (
+            ok.replace("unit = \"tokens\"", "unit = \"Tokens\""),
+            6,
+            "unit",
+        ),
+        (
+            ok.replace(
+                "unit = \"tokens\"",
+                &format!("unit = \"{}\"", "t".repeat(33)),
+            ),
+            6,
+            "unit",
+        ),
+        (ok.replace("unit = \"tokens\"", "unit = 3"), 6, "unit"),
+        (
+            ok.replace("limit = 1 }", "limit = 1, unit = \"tokens\" }"),
+            7,
+            "unit",
+        ),
+    ] {
+        let err = Policy::from_toml_str(&bad, Some("p.toml"))
+            .expect_err("invalid unit")
+            .to_string();
+        assert!(err.contains("p.toml"), "{err}");
+        assert!(err.contains(&format!(":{line}")), "line {line}: {err}");
+        assert!(err.contains(field), "{err}");
+    }
+}
+
+#[test]
+fn a_route_cost_above_a_tokens_limit_is_no_config_error() {
+    // The route's cost counts requests; the tokens limit is asked for the
+    // request's tokens.
+    let p = Policy::builder()
+        .tier(
+            Tier::new("free")
+                .limit(Limit::per_minute("rpm", 100))
+                .limit(Limit::per_minute("tpm", 10).unit("tokens")),
+        )
+        .tier(Tier::new("anonymous").limit(Limit::per_minute("rpm", 100)))
+        .route(RouteRule::new("POST", "/x").with_cost(50))
+        .build();
+    assert!(p.is_ok(), "{p:?}");
+    let bad = Policy::builder()
+        .tier(Tier::new("free").limit(Limit::per_minute("tpm", 10).unit("to-kens")))
+        .tier(Tier::new("anonymous").limit(Limit::per_minute("rpm", 100)))
+        .build()
+        .expect_err("invalid unit")
+        .to_string();
+    assert!(bad.contains("tiers[0].limits[0].unit"), "{bad}");
+}
+
+/// Every algorithm but the in-flight one, with a quota of 3.
+fn three_of_each(id: &str) -> Vec<ratewatch::store::Item> {
+    use ratewatch::algorithm::Algorithm::*;
+    let minute = 60_000_000;
+    [
+        TokenBucket {
+            capacity: 3,
+            refill_per_second: SLOW,
+        },
+        SlidingWindow {
+            limit: 3,
+            window_us: minute,
+        },
+        SlidingLog {
+            limit: 3,
+            window_us: minute,
+        },
+        FixedWindow {
+            limit: 3,
+            window_us: minute,
+        },
+        Gcra {
+            rate_per_second: SLOW,
+            burst: 3,
+        },
+        LeakyBucket {
+            rate_per_second: SLOW,
+            capacity: 3,
+            max_delay_us: 0,
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, a)| ratewatch::store::Item::new(support::identity_key(id, &format!("l{i}")), a))
+    .collect()
+}
+
+/// A limit asked for 0 units with `require_left` admits while one unit is
+/// left, writes nothing, and refuses at none left: on one store.
+async fn a_check_that_something_is_left_on(store: std::sync::Arc<dyn ratewatch::store::Store>) {
+    use ratewatch::store::Batch;
+    for (i, item) in three_of_each("check-left").into_iter().enumerate() {
+        let charged = [item.clone()];
+        let checked = [item.clone().checking_left()];
+        let plain = [item.clone().with_cost(0)];
+        let d = store.decide(&Batch::consume(&charged, 2)).await.unwrap();
+        assert!(d.allowed, "limit {i}");
+        for _ in 0..3 {
+            let d = store.decide(&Batch::consume(&checked, 1)).await.unwrap();
+            assert!(d.allowed, "limit {i}: one unit left");
+            assert_eq!(
+                d.verdicts[0].remaining.floor(),
+                1.0,
+                "limit {i}: nothing charged"
+            );
+        }
+        let d = store.decide(&Batch::consume(&charged, 1)).await.unwrap();
+        assert!(
+            d.allowed,
+            "limit {i}: the unit the checks saw is still there"
+        );
+        let d = store.decide(&Batch::consume(&checked, 1)).await.unwrap();
+        assert!(!d.allowed, "limit {i}: nothing left, the check refuses");
+        assert_eq!(d.verdicts[0].remaining.floor(), 0.0);
+        // A plain cost of 0 still only looks (the rate limit service's
+        // "check only"): it admits at exactly none left.
+        let d = store.decide(&Batch::consume(&plain, 1)).await.unwrap();
+        assert!(d.allowed, "limit {i}: a plain zero cost looks");
+    }
+}
+
+#[tokio::test]
+async fn a_zero_cost_check_refuses_once_nothing_is_left_on_the_memory_store() {
+    a_check_that_something_is_left_on(std::sync::Arc::new(ratewatch::store::MemoryStore::new()))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_cost_check_refuses_once_nothing_is_left_on_redis() {
+    let server = RedisServer::start();
+    let store = ratewatch::store::RedisStore::connect(&redis(&server))
+        .await
+        .unwrap();
+    a_check_that_something_is_left_on(std::sync::Arc::new(store)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_cost_check_refuses_once_nothing_is_left_on_a_redis_cluster() {
+    let c = RedisCluster::start();
+    let store = ratewatch::store::ClusterStore::connect(&cluster(&c))
+        .await
+        .unwrap();
+    a_check_that_something_is_left_on(std::sync::Arc::new(store)).await;
+}
