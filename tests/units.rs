@@ -371,3 +371,133 @@ async fn a_zero_cost_check_refuses_once_nothing_is_left_on_a_redis_cluster() {
         .unwrap();
     a_check_that_something_is_left_on(std::sync::Arc::new(store)).await;
 }
+
+mod headers {
+    use super::*;
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::post;
+    use http::{Request, Response, StatusCode};
+    use tower::ServiceExt;
+
+    fn app(limiter: &Limiter) -> Router {
+        Router::new()
+            .route("/v1/chat", post(|| async { "ok" }))
+            .layer(limiter.layer().with_costs(|parts| {
+                let n = parts
+                    .headers
+                    .get("x-max-tokens")?
+                    .to_str()
+                    .ok()?
+                    .parse()
+                    .ok()?;
+                Some(Costs::new().with("tokens", n))
+            }))
+    }
+
+    async fn call(app: &Router, tokens: Option<u64>) -> Response<Body> {
+        let mut req = Request::post("/v1/chat").header("x-api-key", "free_h");
+        if let Some(n) = tokens {
+            req = req.header("x-max-tokens", n.to_string());
+        }
+        app.clone()
+            .oneshot(req.body(Body::empty()).unwrap())
+            .await
+            .unwrap()
+    }
+
+    fn header<'a>(res: &'a Response<Body>, name: &str) -> &'a str {
+        res.headers()
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name}: {:?}", res.headers()))
+            .to_str()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_unit_the_decision_touched_has_its_own_headers_and_a_429_names_the_tokens_limit()
+    {
+        let limiter = Limiter::new(
+            Policy::builder()
+                .tier(
+                    Tier::new("free")
+                        .match_prefix("free_")
+                        .limit(Limit::token_bucket("rpm", 10, SLOW))
+                        .limit(Limit::token_bucket("tpm", 1000, SLOW).unit("tokens")),
+                )
+                .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        let app = app(&limiter);
+        let res = call(&app, Some(300)).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(header(&res, "x-ratelimit-limit-requests"), "10");
+        assert_eq!(header(&res, "x-ratelimit-remaining-requests"), "9");
+        assert_eq!(header(&res, "x-ratelimit-limit-tokens"), "1000");
+        assert_eq!(header(&res, "x-ratelimit-remaining-tokens"), "700");
+        let reset: u64 = header(&res, "x-ratelimit-reset-tokens").parse().unwrap();
+        assert!(reset > 1_700_000_000, "an epoch second: {reset}");
+        // X-RateLimit-* stay the requests unit.
+        assert_eq!(header(&res, "x-ratelimit-limit"), "10");
+        assert_eq!(header(&res, "x-ratelimit-remaining"), "9");
+        assert_eq!(
+            header(&res, "ratelimit-policy"),
+            "\"rpm\";q=10;w=10000000, \"tpm\";q=1000;w=1000000000;qu=\"tokens\""
+        );
+        let ratelimit = header(&res, "ratelimit");
+        assert!(ratelimit.starts_with("\"rpm\";r=9;t="), "{ratelimit}");
+        assert!(ratelimit.contains(", \"tpm\";r=700;t="), "{ratelimit}");
+
+        // Refused by the tokens: the body names tpm, its headers say 0.
+        let res = call(&app, Some(701)).await;
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(header(&res, "x-ratelimit-remaining-tokens"), "700");
+        assert_eq!(header(&res, "x-ratelimit-remaining-requests"), "9");
+        assert!(res.headers().contains_key("retry-after"));
+        let body = axum::body::to_bytes(res.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["limit"], "tpm", "{body}");
+        assert_eq!(body["unit"], "tokens", "{body}");
+        // Nothing was charged by the refusal.
+        let res = call(&app, Some(700)).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(header(&res, "x-ratelimit-remaining-requests"), "8");
+        assert_eq!(header(&res, "x-ratelimit-remaining-tokens"), "0");
+        // No tokens left: a request naming none is refused by tpm too.
+        let res = call(&app, None).await;
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(header(&res, "x-ratelimit-remaining-tokens"), "0");
+    }
+
+    #[tokio::test]
+    async fn a_one_unit_decision_sends_the_requests_family_beside_x_ratelimit() {
+        let limiter = Limiter::new(
+            Policy::builder()
+                .tier(Tier::new("free").limit(Limit::token_bucket("burst", 5, SLOW)))
+                .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        let app = Router::new()
+            .route("/v1/chat", post(|| async { "ok" }))
+            .layer(limiter.layer());
+        let res = call(&app, None).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        for family in ["limit", "remaining", "reset"] {
+            assert_eq!(
+                header(&res, &format!("x-ratelimit-{family}-requests")),
+                header(&res, &format!("x-ratelimit-{family}")),
+            );
+        }
+        assert_eq!(header(&res, "x-ratelimit-remaining-requests"), "4");
+        assert!(!res.headers().contains_key("x-ratelimit-remaining-tokens"));
+        assert_eq!(header(&res, "ratelimit-policy"), "\"burst\";q=5;w=5000000");
+    }
+}

@@ -102,8 +102,8 @@ impl Limiter {
     /// Decides one request of `identity` like [`Limiter::check`], at
     /// `cost` units instead of the route rule's cost, and records it.
     ///
-    /// A cost of 0 only looks: it is decided and reported like any other,
-    /// and charges nothing. A cost above what an enforced limit can ever
+    /// A cost of 0 only checks: it charges nothing, and is refused once a
+    /// limit has nothing left (less than one unit). A cost above what an enforced limit can ever
     /// admit (more than its quota, capacity or burst) is refused at once,
     /// charging nothing: that limit's report has
     /// [`exceeds_quota`](super::LimitReport::exceeds_quota) set and the
