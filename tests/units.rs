@@ -501,3 +501,165 @@ mod headers {
         assert_eq!(header(&res, "ratelimit-policy"), "\"burst\";q=5;w=5000000");
     }
 }
+
+mod settle {
+    use super::*;
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::post;
+    use http::{Request, StatusCode};
+    use ratewatch::{Meter, UnitUsage, Usage};
+    use tower::ServiceExt;
+
+    fn limiter_policy(refund_on_error: bool) -> Policy {
+        Policy::builder()
+            .tier(
+                Tier::new("free")
+                    .match_prefix("free_")
+                    .limit(Limit::token_bucket("rpm", 10, SLOW))
+                    .limit(Limit::token_bucket("tpm", 1000, SLOW).unit("tokens")),
+            )
+            .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 5)))
+            .route(RouteRule::new("POST", "/strict").with_refund_on_error(refund_on_error))
+            .build()
+            .unwrap()
+    }
+
+    fn app(limiter: &Limiter) -> Router {
+        let handler = |axum::Extension(meter): axum::Extension<Meter>, body: String| async move {
+            match body.as_str() {
+                "fail" => (StatusCode::BAD_REQUEST, "no").into_response(),
+                "fail-used" => {
+                    meter.record(40);
+                    (StatusCode::BAD_GATEWAY, "upstream died after 40").into_response()
+                }
+                "units" => {
+                    let mut res = "ok".into_response();
+                    res.extensions_mut().insert(UnitUsage(
+                        Costs::new().with("tokens", 120).with("requests", 1),
+                    ));
+                    res
+                }
+                "primary" => {
+                    let mut res = "ok".into_response();
+                    res.extensions_mut().insert(Usage(50));
+                    res
+                }
+                _ => "ok".into_response(),
+            }
+        };
+        use axum::response::IntoResponse;
+        Router::new()
+            .route("/chat", post(handler))
+            .route("/strict", post(handler))
+            .layer(
+                limiter
+                    .layer()
+                    .with_costs(|_| Some(Costs::new().with("tokens", 300))),
+            )
+    }
+
+    async fn post_to(app: &Router, path: &str, body: &'static str) -> StatusCode {
+        let req = Request::post(path)
+            .header("x-api-key", "free_s")
+            .body(Body::from(body))
+            .unwrap();
+        app.clone().oneshot(req).await.unwrap().status()
+    }
+
+    /// Waits (settles run in the background) until rpm and tpm have
+    /// `want` left.
+    async fn settles_to(limiter: &Limiter, want: (f64, f64)) {
+        let who = caller("free_s");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let d = peek(limiter, &who).await;
+            let have = (left(&d, "rpm"), left(&d, "tpm"));
+            if have == want {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{have:?}, want {want:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_refused_downstream_gets_its_whole_reservation_back() {
+        let limiter = Limiter::new(limiter_policy(true)).await.unwrap();
+        let app = app(&limiter);
+        assert_eq!(
+            post_to(&app, "/chat", "fail").await,
+            StatusCode::BAD_REQUEST
+        );
+        settles_to(&limiter, (10.0, 1000.0)).await;
+        // What was recorded is settled as recorded, error or not.
+        assert_eq!(
+            post_to(&app, "/chat", "fail-used").await,
+            StatusCode::BAD_GATEWAY
+        );
+        settles_to(&limiter, (9.0, 960.0)).await;
+        // A success with nothing recorded keeps its reservation.
+        assert_eq!(post_to(&app, "/chat", "ok").await, StatusCode::OK);
+        settles_to(&limiter, (8.0, 660.0)).await;
+    }
+
+    #[tokio::test]
+    async fn a_route_may_keep_the_reservation_of_a_request_refused_downstream() {
+        let limiter = Limiter::new(limiter_policy(false)).await.unwrap();
+        let app = app(&limiter);
+        assert_eq!(
+            post_to(&app, "/strict", "fail").await,
+            StatusCode::BAD_REQUEST
+        );
+        // Elsewhere the refund still applies, and proves settles ran.
+        assert_eq!(
+            post_to(&app, "/chat", "fail").await,
+            StatusCode::BAD_REQUEST
+        );
+        settles_to(&limiter, (9.0, 700.0)).await;
+    }
+
+    #[tokio::test]
+    async fn usage_is_settled_per_unit_and_a_bare_usage_means_the_tokens() {
+        let limiter = Limiter::new(limiter_policy(true)).await.unwrap();
+        let app = app(&limiter);
+        assert_eq!(post_to(&app, "/chat", "units").await, StatusCode::OK);
+        settles_to(&limiter, (9.0, 880.0)).await;
+        // `Usage` counts the reservation's primary unit: tokens here.
+        assert_eq!(post_to(&app, "/chat", "primary").await, StatusCode::OK);
+        settles_to(&limiter, (8.0, 830.0)).await;
+    }
+
+    #[test]
+    fn refund_on_error_is_read_from_the_policy_file() {
+        let text = |v: &str| {
+            format!(
+                r#"
+[[tiers]]
+name = "anonymous"
+limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }}]
+[[tiers]]
+name = "free"
+limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }}]
+[[routes]]
+path = "/x"
+{v}
+"#
+            )
+        };
+        let p = Policy::from_toml_str(&text(""), None).unwrap();
+        assert!(p.routes[0].refund_on_error);
+        let p = Policy::from_toml_str(&text("refund_on_error = false"), None).unwrap();
+        assert!(!p.routes[0].refund_on_error);
+        let err = Policy::from_toml_str(&text("refund_on_error = \"no\""), Some("p.toml"))
+            .expect_err("not a bool")
+            .to_string();
+        assert!(
+            err.contains("p.toml:10") && err.contains("refund_on_error"),
+            "{err}"
+        );
+    }
+}

@@ -210,6 +210,11 @@ where
         if let Some(crate::UnitUsage(used)) = res.extensions().get() {
             meter.record_costs(used);
         }
+        // No settle trap: a request refused downstream used nothing.
+        let refund = route.as_ref().is_none_or(|r| r.rule().refund_on_error);
+        if refund && res.status().as_u16() >= 400 && !meter.is_recorded() {
+            meter.refund_unless_recorded();
+        }
         drop(meter);
         headers::insert_families(res.headers_mut(), &decision, options.headers);
         res.extensions_mut().insert(decision);

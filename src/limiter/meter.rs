@@ -52,6 +52,8 @@ struct Inner {
     recorded: AtomicBool,
     /// What was recorded in the other units.
     others: Mutex<Costs>,
+    /// Give the whole reservation back if nothing is recorded by the end.
+    refund_unrecorded: AtomicBool,
 }
 
 impl Meter {
@@ -64,6 +66,7 @@ impl Meter {
                 actual: AtomicU64::new(0),
                 recorded: AtomicBool::new(false),
                 others: Mutex::default(),
+                refund_unrecorded: AtomicBool::new(false),
             }),
         }
     }
@@ -79,6 +82,7 @@ impl Meter {
                 actual: AtomicU64::new(0),
                 recorded: AtomicBool::new(false),
                 others: Mutex::default(),
+                refund_unrecorded: AtomicBool::new(false),
             }),
         }
     }
@@ -151,6 +155,20 @@ impl Meter {
         }
     }
 
+    /// Whether any usage was recorded, in any unit.
+    pub fn is_recorded(&self) -> bool {
+        self.inner.recorded.load(Ordering::Acquire) || !self.inner.others.lock().is_empty()
+    }
+
+    /// Gives the whole reservation back, in every unit, when the last clone
+    /// drops with nothing recorded (a request refused downstream used
+    /// nothing); what is recorded by then is settled as usual. The layer
+    /// calls it for a response of status 400 or more on a route with
+    /// [`refund_on_error`](crate::RouteRule::refund_on_error).
+    pub fn refund_unless_recorded(&self) {
+        self.inner.refund_unrecorded.store(true, Ordering::Release);
+    }
+
     /// The usage recorded so far in every unit (empty if nothing was).
     pub fn actual_costs(&self) -> Costs {
         let mut used = self.inner.others.lock().clone();
@@ -167,12 +185,20 @@ impl Drop for Inner {
         if *self.recorded.get_mut() {
             used.set(self.primary.to_string(), *self.actual.get_mut());
         }
-        if used.is_empty() {
+        let cancel = used.is_empty() && *self.refund_unrecorded.get_mut();
+        if used.is_empty() && !cancel {
             return;
         }
         let Some(reservation) = self.reservation.get_mut().take() else {
             return;
         };
+        if cancel {
+            used = reservation
+                .reserved_costs()
+                .iter()
+                .map(|(u, _)| (u.to_owned(), 0))
+                .collect();
+        }
         // Settling waits on the store: it goes on in the background, never
         // holding up the response (or a drop on a thread without a
         // runtime, where it cannot run and counts as failed).

@@ -36,6 +36,12 @@ pub struct RouteRule {
     /// How this route's requests are decided, for all their limits; `None`
     /// lets the limits say (see [`crate::policy::LeaseMode::of_request`]).
     pub mode: Option<crate::policy::LeaseMode>,
+    /// A metered request ([`RateLimitLayer::with_costs`](crate::RateLimitLayer::with_costs))
+    /// answered with a status of 400 or more and no usage recorded gets
+    /// everything its decision reserved back, in every unit (true by
+    /// default): a request the handler refused used nothing. False keeps
+    /// the reservation charged.
+    pub refund_on_error: bool,
 }
 
 impl RouteRule {
@@ -50,7 +56,15 @@ impl RouteRule {
             on_store_failure: None,
             exempt: false,
             mode: None,
+            refund_on_error: true,
         }
+    }
+
+    /// Whether a metered request answered with an error and no recorded
+    /// usage gets its reservation back ([`RouteRule::refund_on_error`]).
+    pub fn with_refund_on_error(mut self, refund: bool) -> Self {
+        self.refund_on_error = refund;
+        self
     }
 
     /// Sets the cost per request.

@@ -78,6 +78,7 @@ pub(super) fn route(t: &Table<'_>) -> Result<RouteRule> {
             "on_store_failure",
             "exempt",
             "mode",
+            "refund_on_error",
             "limits",
         ],
         "a route",
@@ -96,6 +97,7 @@ pub(super) fn route(t: &Table<'_>) -> Result<RouteRule> {
     route.on_store_failure = t.choice("on_store_failure", &FAILURE_POLICIES)?;
     route.exempt = t.bool("exempt")?.unwrap_or(false);
     route.mode = t.choice("mode", &LeaseMode::CHOICES)?;
+    route.refund_on_error = t.bool("refund_on_error")?.unwrap_or(true);
     route.limits = limits(t)?;
     Ok(route)
 }
