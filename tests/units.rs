@@ -663,3 +663,132 @@ path = "/x"
         );
     }
 }
+
+mod estimates {
+    use super::*;
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::post;
+    use http::{Request, StatusCode};
+    use ratewatch::Meter;
+    use tower::ServiceExt;
+
+    const POLICY: &str = r#"
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [
+  { name = "rpm", algorithm = "token_bucket", capacity = 10, refill_per_second = 0.000001 },
+  { name = "tpm", algorithm = "token_bucket", capacity = 1000, refill_per_second = 0.000001, unit = "tokens" },
+  { name = "upload", algorithm = "token_bucket", capacity = 100, refill_per_second = 0.000001, unit = "bytes" },
+]
+
+[[tiers]]
+name = "anonymous"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }]
+
+[[routes]]
+method = "POST"
+path = "/v1/chat"
+costs = [
+  { unit = "tokens", header = "x-max-tokens" },
+  { unit = "bytes", content_length = true },
+]
+"#;
+
+    async fn send(
+        app: &Router,
+        max_tokens: Option<&str>,
+        body: &'static str,
+    ) -> (StatusCode, String, String) {
+        let mut req = Request::post("/v1/chat")
+            .header("x-api-key", "free_e")
+            .header("content-length", body.len().to_string());
+        if let Some(n) = max_tokens {
+            req = req.header("x-max-tokens", n);
+        }
+        let res = app
+            .clone()
+            .oneshot(req.body(Body::from(body)).unwrap())
+            .await
+            .unwrap();
+        let get = |n: &str| {
+            res.headers()
+                .get(n)
+                .map_or_else(String::new, |v| v.to_str().unwrap().to_owned())
+        };
+        let (t, b) = (
+            get("x-ratelimit-remaining-tokens"),
+            get("x-ratelimit-remaining-bytes"),
+        );
+        (res.status(), t, b)
+    }
+
+    #[tokio::test]
+    async fn a_route_reads_the_tokens_from_a_header_and_the_bytes_from_the_content_length() {
+        let policy = Policy::from_toml_str(POLICY, Some("p.toml")).unwrap();
+        let limiter = Limiter::new(policy).await.unwrap();
+        // A plain layer: the route's estimates meter the request.
+        let app = Router::new()
+            .route(
+                "/v1/chat",
+                post(
+                    |axum::Extension(meter): axum::Extension<Meter>| async move {
+                        assert_eq!(meter.primary_unit(), "tokens");
+                        assert_eq!(meter.reserved(), 400);
+                        meter.record(400);
+                        "ok"
+                    },
+                ),
+            )
+            .layer(limiter.layer());
+        let ok = send(&app, Some("400"), "0123456789").await;
+        assert_eq!(ok, (StatusCode::OK, "600".into(), "90".into()));
+        // More tokens than are left: refused, nothing charged.
+        let refused = send(&app, Some("601"), "0123456789").await;
+        assert_eq!(refused.0, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!((refused.1.as_str(), refused.2.as_str()), ("600", "90"));
+        // The refusal charged no request either.
+        let d = limiter
+            .peek(
+                &caller("free_e"),
+                "free",
+                limiter.route_for("POST", "/v1/chat"),
+            )
+            .await;
+        assert_eq!(left(&d, "rpm"), 9.0);
+        drop(d);
+    }
+
+    #[test]
+    fn a_cost_estimate_is_checked_with_file_line_and_field() {
+        for (from, to, field) in [
+            (
+                "{ unit = \"tokens\", header = \"x-max-tokens\" }",
+                "{ unit = \"requests\", header = \"x-max-tokens\" }",
+                "unit",
+            ),
+            (
+                "{ unit = \"tokens\", header = \"x-max-tokens\" }",
+                "{ unit = \"tokens\", header = \"x max\" }",
+                "header",
+            ),
+            (
+                "{ unit = \"tokens\", header = \"x-max-tokens\" }",
+                "{ unit = \"tokens\", header = \"x-max-tokens\", content_length = true }",
+                "content_length",
+            ),
+            (
+                "{ unit = \"tokens\", header = \"x-max-tokens\" }",
+                "{ unit = \"tokens\", body = \"max_tokens\" }",
+                "body",
+            ),
+        ] {
+            let err = Policy::from_toml_str(&POLICY.replace(from, to), Some("p.toml"))
+                .expect_err(to)
+                .to_string();
+            assert!(err.contains("p.toml:19"), "{err}");
+            assert!(err.contains(field), "{err}");
+        }
+    }
+}

@@ -94,8 +94,21 @@ where
                 return refused(options.refuse(&refusal, &parts.headers));
             }
         };
-        if let Some(cost) = &options.cost {
-            let cost = cost(&parts);
+        // A route rule's estimates meter the request like a cost function,
+        // filling in the units the app's function did not name.
+        let estimated = route
+            .as_ref()
+            .and_then(|r| r.rule().estimate(&parts.headers));
+        if options.cost.is_some() || estimated.is_some() {
+            let mut cost = options.cost.as_ref().and_then(|cost| cost(&parts));
+            if let Some(estimated) = estimated {
+                let costs = cost.get_or_insert_with(crate::Costs::new);
+                for (unit, n) in estimated.iter() {
+                    if costs.get(unit).is_none() {
+                        costs.set(unit.to_owned(), n);
+                    }
+                }
+            }
             return metered(
                 limiter,
                 options.clone(),

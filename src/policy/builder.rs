@@ -332,6 +332,20 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
         if route.cost == 0 {
             return Err((format!("{at}.cost"), "must be at least 1".into()));
         }
+        for (ei, e) in route.estimates.iter().enumerate() {
+            if let Some((field, message)) = e.check() {
+                return Err((format!("{at}.costs[{ei}].{field}"), message));
+            }
+            if route.estimates[..ei].iter().any(|o| o.unit == e.unit) {
+                return Err((
+                    format!("{at}.costs[{ei}].unit"),
+                    format!(
+                        "estimates \"{}\" a second time; give each unit one source",
+                        e.unit
+                    ),
+                ));
+            }
+        }
         check_limits(&route.limits, &format!("{at}.limits"), route.cost)?;
         for (ti, tier) in p.tiers.iter().enumerate() {
             for (li, limit) in tier.limits.iter().enumerate() {

@@ -42,6 +42,86 @@ pub struct RouteRule {
     /// default): a request the handler refused used nothing. False keeps
     /// the reservation charged.
     pub refund_on_error: bool,
+    /// Where the layer finds a request's cost in units other than requests
+    /// (`costs = [{ unit = "tokens", header = "x-max-tokens" }]`): a route
+    /// with estimates is metered like a layer with
+    /// [`with_costs`](crate::RateLimitLayer::with_costs).
+    pub estimates: Vec<CostEstimate>,
+}
+
+/// One unit's cost estimate of a route rule, read from each request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CostEstimate {
+    /// The unit estimated (never `requests`: the route's `cost` is that,
+    /// and a client must not choose it).
+    pub unit: String,
+    /// Where the estimate is read.
+    pub source: EstimateSource,
+}
+
+/// Where a [`CostEstimate`] is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EstimateSource {
+    /// A request header holding a whole number (`x-max-tokens: 512`).
+    Header(String),
+    /// The request's `Content-Length` (bytes).
+    ContentLength,
+}
+
+impl CostEstimate {
+    /// `unit` estimated from request header `name`.
+    pub fn header(unit: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            unit: unit.into(),
+            source: EstimateSource::Header(name.into().to_ascii_lowercase()),
+        }
+    }
+
+    /// `unit` estimated from the request's `Content-Length`.
+    pub fn content_length(unit: impl Into<String>) -> Self {
+        Self {
+            unit: unit.into(),
+            source: EstimateSource::ContentLength,
+        }
+    }
+
+    /// The estimate in `headers`: `None` when the header is missing or not
+    /// a whole number (the unit is then checked without charge, never
+    /// refused for a bad header).
+    pub fn read(&self, headers: &http::HeaderMap) -> Option<u64> {
+        let value = match &self.source {
+            EstimateSource::Header(name) => headers.get(name.as_str())?,
+            EstimateSource::ContentLength => headers.get(http::header::CONTENT_LENGTH)?,
+        };
+        value.to_str().ok()?.trim().parse().ok()
+    }
+
+    /// Why the estimate is invalid, as `(field, message)`, if it is.
+    pub fn check(&self) -> Option<(&'static str, String)> {
+        if let Some(m) = super::check_unit(&self.unit) {
+            return Some(("unit", m));
+        }
+        if self.unit == super::REQUESTS {
+            return Some((
+                "unit",
+                "must not be \"requests\": a route's requests cost is its `cost`, which a \
+                 client must not choose"
+                    .into(),
+            ));
+        }
+        if let EstimateSource::Header(name) = &self.source {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Some((
+                    "header",
+                    format!(
+                        "must be a valid HTTP header name such as \"x-max-tokens\", got {name:?}"
+                    ),
+                ));
+            }
+        }
+        None
+    }
 }
 
 impl RouteRule {
@@ -57,7 +137,28 @@ impl RouteRule {
             exempt: false,
             mode: None,
             refund_on_error: true,
+            estimates: Vec::new(),
         }
+    }
+
+    /// Reads each request's cost in `estimate`'s unit where it says.
+    pub fn with_estimate(mut self, estimate: CostEstimate) -> Self {
+        self.estimates.push(estimate);
+        self
+    }
+
+    /// The request's costs from this rule's estimates, `None` without any.
+    pub fn estimate(&self, headers: &http::HeaderMap) -> Option<crate::Costs> {
+        if self.estimates.is_empty() {
+            return None;
+        }
+        let mut costs = crate::Costs::new();
+        for e in &self.estimates {
+            if let Some(n) = e.read(headers) {
+                costs.set(e.unit.clone(), n);
+            }
+        }
+        Some(costs)
     }
 
     /// Whether a metered request answered with an error and no recorded

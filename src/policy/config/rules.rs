@@ -3,7 +3,7 @@
 use super::reader::{Result, Table, unknown_key};
 use super::sections::FAILURE_POLICIES;
 use crate::algorithm::Algorithm;
-use crate::policy::{LeaseMode, Limit, RouteRule, Scope, Tier};
+use crate::policy::{CostEstimate, LeaseMode, Limit, RouteRule, Scope, Tier};
 
 /// Each algorithm's config name and the parameters it takes.
 const ALGORITHMS: [(&str, &[&str]); 7] = [
@@ -79,6 +79,7 @@ pub(super) fn route(t: &Table<'_>) -> Result<RouteRule> {
             "exempt",
             "mode",
             "refund_on_error",
+            "costs",
             "limits",
         ],
         "a route",
@@ -98,8 +99,43 @@ pub(super) fn route(t: &Table<'_>) -> Result<RouteRule> {
     route.exempt = t.bool("exempt")?.unwrap_or(false);
     route.mode = t.choice("mode", &LeaseMode::CHOICES)?;
     route.refund_on_error = t.bool("refund_on_error")?.unwrap_or(true);
+    route.estimates = t
+        .tables("costs")?
+        .iter()
+        .map(estimate)
+        .collect::<Result<_>>()?;
     route.limits = limits(t)?;
     Ok(route)
+}
+
+/// One entry of a route's `costs`: `{ unit = "tokens", header =
+/// "x-max-tokens" }` or `{ unit = "bytes", content_length = true }`.
+fn estimate(t: &Table<'_>) -> Result<CostEstimate> {
+    t.only(
+        &["unit", "header", "content_length"],
+        "a route's cost estimate",
+    )?;
+    let unit = t.required_str("unit", "the unit estimated, like \"tokens\"")?;
+    let estimate = match (t.str("header")?, t.bool("content_length")?) {
+        (Some(name), None | Some(false)) => CostEstimate::header(unit, name),
+        (None, Some(true)) => CostEstimate::content_length(unit),
+        (Some(_), Some(true)) => {
+            return Err(t.error_at(
+                "content_length",
+                "conflicts with `header`: an estimate has one source",
+            ));
+        }
+        (None, _) => {
+            return Err(t.missing(
+                "header",
+                "is required (or `content_length = true`): where the estimate is read",
+            ));
+        }
+    };
+    if let Some((field, message)) = estimate.check() {
+        return Err(t.error_at(field, message));
+    }
+    Ok(estimate)
 }
 
 pub(super) fn limits(t: &Table<'_>) -> Result<Vec<Limit>> {
