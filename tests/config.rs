@@ -337,7 +337,7 @@ fn unknown_key_in_a_route_lists_the_route_keys() {
     );
     assert_says(
         &msg,
-        &["method, path, cost, on_store_failure, exempt, mode, refund_on_error, costs, limits"],
+        &["method, path, cost, on_store_failure, exempt, mode, refund_on_error, costs, max_body_bytes, limits"],
     );
 }
 

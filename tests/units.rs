@@ -791,4 +791,86 @@ costs = [
             assert!(err.contains(field), "{err}");
         }
     }
+
+    const JSON_POLICY: &str = r#"
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [
+  { name = "rpm", algorithm = "token_bucket", capacity = 10, refill_per_second = 0.000001 },
+  { name = "tpm", algorithm = "token_bucket", capacity = 1000, refill_per_second = 0.000001, unit = "tokens" },
+]
+
+[[tiers]]
+name = "anonymous"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }]
+
+[[routes]]
+method = "POST"
+path = "/v1/chat"
+max_body_bytes = 64
+costs = [{ unit = "tokens", json = "options.max_tokens" }]
+"#;
+
+    async fn chat(app: &Router, body: String, declared: Option<usize>) -> (StatusCode, String) {
+        let mut req = Request::post("/v1/chat").header("x-api-key", "free_j");
+        if let Some(n) = declared {
+            req = req.header("content-length", n.to_string());
+        }
+        let res = app
+            .clone()
+            .oneshot(req.body(Body::from(body)).unwrap())
+            .await
+            .unwrap();
+        let status = res.status();
+        let left = res
+            .headers()
+            .get("x-ratelimit-remaining-tokens")
+            .map_or_else(String::new, |v| v.to_str().unwrap().to_owned());
+        let body = axum::body::to_bytes(res.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        if status == StatusCode::OK {
+            // The handler echoes the body it was given.
+            return (status, format!("{left} {}", String::from_utf8_lossy(&body)));
+        }
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn a_route_reads_the_tokens_from_a_json_body_field_within_a_bound() {
+        let policy = Policy::from_toml_str(JSON_POLICY, Some("p.toml")).unwrap();
+        let limiter = Limiter::new(policy).await.unwrap();
+        let app = Router::new()
+            .route("/v1/chat", post(|body: String| async move { body }))
+            .layer(limiter.layer())
+            .layer(limiter.body_costs_layer());
+        let body = r#"{"options":{"max_tokens":600}}"#.to_owned();
+        let (status, said) = chat(&app, body.clone(), Some(body.len())).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(said, format!("400 {body}"), "charged 600, body intact");
+        let (status, _) = chat(&app, body.clone(), None).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "600 > 400 left");
+        // Not JSON: no tokens named, checked without charge.
+        let (status, said) = chat(&app, "hello".into(), None).await;
+        assert_eq!((status, said.as_str()), (StatusCode::OK, "400 hello"));
+        // Over the bound, declared or as it arrives: 413, nothing charged.
+        let long = format!(
+            r#"{{"options":{{"max_tokens":1}},"pad":"{}"}}"#,
+            "x".repeat(64)
+        );
+        let (status, said) = chat(&app, long.clone(), Some(long.len())).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{said}");
+        assert!(said.contains("body_too_large"), "{said}");
+        let (status, _) = chat(&app, long, None).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+        let d = limiter
+            .peek(
+                &caller("free_j"),
+                "free",
+                limiter.route_for("POST", "/v1/chat"),
+            )
+            .await;
+        assert_eq!((left(&d, "rpm"), left(&d, "tpm")), (8.0, 400.0));
+    }
 }

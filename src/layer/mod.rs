@@ -83,6 +83,7 @@
 //! lookup of the app's own.
 
 mod body;
+mod body_costs;
 mod future;
 mod grpc;
 pub mod headers;
@@ -98,6 +99,7 @@ use axum::response::Response;
 use tower::Layer;
 
 pub use body::RefusalBody;
+pub use body_costs::{BodyCostsLayer, BodyCostsService};
 pub use future::ResponseFuture;
 pub use headers::HeaderFamilies;
 pub use peer::PeerAddr;

@@ -96,9 +96,17 @@ where
         };
         // A route rule's estimates meter the request like a cost function,
         // filling in the units the app's function did not name.
-        let estimated = route
+        let mut estimated = route
             .as_ref()
             .and_then(|r| r.rule().estimate(&parts.headers));
+        if let (Some(costs), Some(body)) = (
+            estimated.as_mut(),
+            parts.extensions.get::<super::body_costs::BodyCosts>(),
+        ) {
+            for (unit, n) in body.0.iter() {
+                costs.set(unit.to_owned(), n);
+            }
+        }
         if options.cost.is_some() || estimated.is_some() {
             let mut cost = options.cost.as_ref().and_then(|cost| cost(&parts));
             if let Some(estimated) = estimated {

@@ -47,6 +47,10 @@ pub struct RouteRule {
     /// with estimates is metered like a layer with
     /// [`with_costs`](crate::RateLimitLayer::with_costs).
     pub estimates: Vec<CostEstimate>,
+    /// The largest request body read for a JSON estimate
+    /// ([`DEFAULT_MAX_BODY_BYTES`] unless set): a longer one is refused
+    /// with 413, never read further.
+    pub max_body_bytes: u64,
 }
 
 /// One unit's cost estimate of a route rule, read from each request.
@@ -67,7 +71,15 @@ pub enum EstimateSource {
     Header(String),
     /// The request's `Content-Length` (bytes).
     ContentLength,
+    /// A whole number in the request's JSON body: a top-level field
+    /// (`max_tokens`) or a dotted path into objects (`options.max_tokens`).
+    /// Read by [`BodyCostsLayer`](crate::layer::BodyCostsLayer), within the
+    /// route's [`max_body_bytes`](RouteRule::max_body_bytes).
+    JsonField(String),
 }
+
+/// The default [`RouteRule::max_body_bytes`]: 1 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 1 << 20;
 
 impl CostEstimate {
     /// `unit` estimated from request header `name`.
@@ -76,6 +88,26 @@ impl CostEstimate {
             unit: unit.into(),
             source: EstimateSource::Header(name.into().to_ascii_lowercase()),
         }
+    }
+
+    /// `unit` estimated from field `path` of the request's JSON body
+    /// (dots go into objects).
+    pub fn json(unit: impl Into<String>, path: impl Into<String>) -> Self {
+        Self {
+            unit: unit.into(),
+            source: EstimateSource::JsonField(path.into()),
+        }
+    }
+
+    /// The estimate in a JSON body already parsed: `None` when the field
+    /// is missing or not a whole number.
+    pub fn read_json(&self, body: &serde_json::Value) -> Option<u64> {
+        let EstimateSource::JsonField(path) = &self.source else {
+            return None;
+        };
+        path.split('.')
+            .try_fold(body, |v, key| v.get(key))?
+            .as_u64()
     }
 
     /// `unit` estimated from the request's `Content-Length`.
@@ -93,6 +125,7 @@ impl CostEstimate {
         let value = match &self.source {
             EstimateSource::Header(name) => headers.get(name.as_str())?,
             EstimateSource::ContentLength => headers.get(http::header::CONTENT_LENGTH)?,
+            EstimateSource::JsonField(_) => return None,
         };
         value.to_str().ok()?.trim().parse().ok()
     }
@@ -109,6 +142,16 @@ impl CostEstimate {
                  client must not choose"
                     .into(),
             ));
+        }
+        if let EstimateSource::JsonField(path) = &self.source {
+            if path.is_empty() || path.split('.').any(str::is_empty) || path.len() > 128 {
+                return Some((
+                    "json",
+                    format!(
+                        "must name a field such as \"max_tokens\" or \"options.max_tokens\", got {path:?}"
+                    ),
+                ));
+            }
         }
         if let EstimateSource::Header(name) = &self.source {
             if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
@@ -138,7 +181,15 @@ impl RouteRule {
             mode: None,
             refund_on_error: true,
             estimates: Vec::new(),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         }
+    }
+
+    /// Whether an estimate reads the request's JSON body.
+    pub fn reads_body(&self) -> bool {
+        self.estimates
+            .iter()
+            .any(|e| matches!(e.source, EstimateSource::JsonField(_)))
     }
 
     /// Reads each request's cost in `estimate`'s unit where it says.

@@ -80,6 +80,7 @@ pub(super) fn route(t: &Table<'_>) -> Result<RouteRule> {
             "mode",
             "refund_on_error",
             "costs",
+            "max_body_bytes",
             "limits",
         ],
         "a route",
@@ -104,6 +105,9 @@ pub(super) fn route(t: &Table<'_>) -> Result<RouteRule> {
         .iter()
         .map(estimate)
         .collect::<Result<_>>()?;
+    if let Some(n) = t.uint("max_body_bytes", 1, 64 << 20)? {
+        route.max_body_bytes = n;
+    }
     route.limits = limits(t)?;
     Ok(route)
 }
@@ -112,23 +116,31 @@ pub(super) fn route(t: &Table<'_>) -> Result<RouteRule> {
 /// "x-max-tokens" }` or `{ unit = "bytes", content_length = true }`.
 fn estimate(t: &Table<'_>) -> Result<CostEstimate> {
     t.only(
-        &["unit", "header", "content_length"],
+        &["unit", "header", "json", "content_length"],
         "a route's cost estimate",
     )?;
     let unit = t.required_str("unit", "the unit estimated, like \"tokens\"")?;
-    let estimate = match (t.str("header")?, t.bool("content_length")?) {
-        (Some(name), None | Some(false)) => CostEstimate::header(unit, name),
-        (None, Some(true)) => CostEstimate::content_length(unit),
-        (Some(_), Some(true)) => {
-            return Err(t.error_at(
-                "content_length",
-                "conflicts with `header`: an estimate has one source",
-            ));
-        }
-        (None, _) => {
+    let length = t.bool("content_length")?.unwrap_or(false);
+    let estimate = match (t.str("header")?, t.str("json")?, length) {
+        (Some(name), None, false) => CostEstimate::header(unit, name),
+        (None, Some(path), false) => CostEstimate::json(unit, path),
+        (None, None, true) => CostEstimate::content_length(unit),
+        (None, None, false) => {
             return Err(t.missing(
                 "header",
-                "is required (or `content_length = true`): where the estimate is read",
+                "is required (or `json = \"field\"`, or `content_length = true`): where the \
+                 estimate is read",
+            ));
+        }
+        _ => {
+            let second = if t.get("json").is_some() && t.get("header").is_some() {
+                "json"
+            } else {
+                "content_length"
+            };
+            return Err(t.error_at(
+                second,
+                "is a second source: an estimate has one (`header`, `json` or `content_length`)",
             ));
         }
     };
