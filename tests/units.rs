@@ -874,3 +874,128 @@ costs = [{ unit = "tokens", json = "options.max_tokens" }]
         assert_eq!((left(&d, "rpm"), left(&d, "tpm")), (8.0, 400.0));
     }
 }
+
+mod conditions {
+    use super::*;
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::post;
+    use http::{Request, StatusCode};
+    use tower::ServiceExt;
+
+    const POLICY: &str = r#"
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [{ name = "rpm", algorithm = "token_bucket", capacity = 100, refill_per_second = 0.000001 }]
+
+[[tiers]]
+name = "pro"
+match_prefix = "pro_"
+limits = [{ name = "rpm", algorithm = "token_bucket", capacity = 100, refill_per_second = 0.000001 }]
+
+[[tiers]]
+name = "anonymous"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 50, refill_per_second = 1 }]
+
+[[routes]]
+method = "POST"
+path = "/v1/chat"
+when = [{ json = "stream", equals = true }]
+limits = [
+  { name = "streams", algorithm = "concurrency", limit = 1, tier = "free" },
+  { name = "streams", algorithm = "concurrency", limit = 2, tier = "pro" },
+]
+
+[[routes]]
+method = "POST"
+path = "/v1/chat"
+when = [{ header = "x-priority", equals = "low" }]
+cost = 50
+
+[[routes]]
+method = "POST"
+path = "/v1/chat"
+"#;
+
+    #[tokio::test]
+    async fn a_route_rule_matches_a_json_field_or_a_header_and_carries_limits_per_tier() {
+        let policy = Policy::from_toml_str(POLICY, Some("p.toml")).unwrap();
+        let limiter = Limiter::new(policy).await.unwrap();
+        // The handler answers at once: the response body holds the slot
+        // until it is dropped, so responses kept alive keep their slots.
+        let app = Router::new()
+            .route("/v1/chat", post(|body: String| async move { body }))
+            .layer(limiter.layer())
+            .layer(limiter.body_costs_layer());
+        let send = |key: &'static str, body: &'static str, priority: Option<&'static str>| {
+            let app = app.clone();
+            async move {
+                let mut req = Request::post("/v1/chat").header("x-api-key", key);
+                if let Some(p) = priority {
+                    req = req.header("x-priority", p);
+                }
+                app.oneshot(req.body(Body::from(body)).unwrap())
+                    .await
+                    .unwrap()
+            }
+        };
+        let stream = r#"{"stream": true}"#;
+        let held = send("free_c", stream, None).await;
+        assert_eq!(held.status(), StatusCode::OK);
+        assert_eq!(
+            send("free_c", stream, None).await.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "one stream at once on free"
+        );
+        // Not a stream: no stream limit.
+        let plain = send("free_c", r#"{"stream": false}"#, None).await;
+        assert_eq!(plain.status(), StatusCode::OK);
+        assert_eq!(
+            plain.headers()["x-ratelimit-remaining"],
+            "98",
+            "the refusal charged nothing"
+        );
+        // Two at once on pro.
+        let p1 = send("pro_c", stream, None).await;
+        let p2 = send("pro_c", stream, None).await;
+        assert_eq!((p1.status(), p2.status()), (StatusCode::OK, StatusCode::OK));
+        assert_eq!(
+            send("pro_c", stream, None).await.status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+        // A header condition picks the costlier rule.
+        let low = send("free_c", "{}", Some("LOW")).await;
+        assert_eq!(low.status(), StatusCode::OK);
+        assert_eq!(low.headers()["x-ratelimit-remaining"], "48");
+        drop(held);
+        assert_eq!(send("free_c", stream, None).await.status(), StatusCode::OK);
+        // Without the request (method and path only), no conditional rule
+        // matches: the last rule does.
+        let r = limiter.route_for("POST", "/v1/chat").unwrap();
+        assert!(r.rule().when.is_empty());
+    }
+
+    #[test]
+    fn a_route_limit_for_an_unknown_tier_or_a_tier_limit_naming_a_tier_is_refused() {
+        let unknown = POLICY.replace("tier = \"pro\"", "tier = \"gold\"");
+        let err = Policy::from_toml_str(&unknown, Some("p.toml"))
+            .expect_err("unknown tier")
+            .to_string();
+        assert!(err.contains("p.toml:22") && err.contains("gold"), "{err}");
+        let on_tier = POLICY.replacen(
+            "refill_per_second = 0.000001 }",
+            "refill_per_second = 0.000001, tier = \"free\" }",
+            1,
+        );
+        let err = Policy::from_toml_str(&on_tier, Some("p.toml"))
+            .expect_err("tier on a tier limit")
+            .to_string();
+        assert!(err.contains("p.toml:5") && err.contains("tier"), "{err}");
+        let bad = POLICY.replace("equals = true", "equals = 1.5");
+        let err = Policy::from_toml_str(&bad, Some("p.toml"))
+            .expect_err("a float")
+            .to_string();
+        assert!(err.contains("p.toml:19") && err.contains("equals"), "{err}");
+    }
+}

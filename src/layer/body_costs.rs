@@ -46,11 +46,14 @@ use http::{Request, Response, StatusCode, header};
 use tower::{Layer, Service};
 
 use super::body::RefusalBody;
-use crate::{Costs, Limiter};
+use std::sync::Arc;
 
-/// The costs a request's JSON body gave, for the rate limit layer.
+use crate::Limiter;
+
+/// A request's JSON body as read (`Null` when it was not JSON), for the
+/// rate limit layer's route conditions and estimates.
 #[derive(Debug, Clone)]
-pub(crate) struct BodyCosts(pub(crate) Costs);
+pub(crate) struct BodyJson(pub(crate) Arc<serde_json::Value>);
 
 /// Reads the JSON-body cost estimates of route rules; see the
 /// [module docs](self).
@@ -111,36 +114,35 @@ where
             .extensions()
             .get::<axum::extract::OriginalUri>()
             .map_or_else(|| req.uri().path(), |o| o.0.path());
-        let route = self.limiter.route_for(req.method().as_str(), path);
-        let Some(route) = route.filter(|r| r.rule().reads_body() && !r.is_exempt()) else {
+        let method = req.method().as_str();
+        // The bound of the first rule for the request that reads bodies.
+        let policy = self.limiter.policy();
+        let Some(max) = policy
+            .routes
+            .iter()
+            .find(|r| !r.exempt && r.reads_body() && r.matches(method, path))
+            .map(|r| r.max_body_bytes)
+        else {
             return Box::pin(inner.call(req));
         };
         Box::pin(async move {
-            let rule = route.rule();
-            let bound = usize::try_from(rule.max_body_bytes).unwrap_or(usize::MAX);
+            let bound = usize::try_from(max).unwrap_or(usize::MAX);
             let (mut parts, body) = req.into_parts();
             let declared = parts
                 .headers
                 .get(header::CONTENT_LENGTH)
                 .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-            if declared.is_some_and(|n| n > rule.max_body_bytes) {
-                return Ok(too_large(rule.max_body_bytes));
+            if declared.is_some_and(|n| n > max) {
+                return Ok(too_large(max));
             }
             let bytes: Bytes = match axum::body::to_bytes(body, bound).await {
                 Ok(b) => b,
                 // Over the bound as it arrived, or the client went away:
                 // either way nothing more is read.
-                Err(_) => return Ok(too_large(rule.max_body_bytes)),
+                Err(_) => return Ok(too_large(max)),
             };
-            let mut costs = Costs::new();
-            if let Ok(json) = serde_json::from_slice::<serde_json::Value>(&bytes) {
-                for e in &rule.estimates {
-                    if let Some(n) = e.read_json(&json) {
-                        costs.set(e.unit.clone(), n);
-                    }
-                }
-            }
-            parts.extensions.insert(BodyCosts(costs));
+            let json = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+            parts.extensions.insert(BodyJson(Arc::new(json)));
             inner
                 .call(Request::from_parts(parts, Body::from(bytes)))
                 .await

@@ -81,7 +81,16 @@ where
         let options = &self.options;
         // One policy for the whole request, whatever reloads meanwhile.
         let limiter = self.limiter.snapshot();
-        let route = limiter.route_for(req.method().as_str(), routed_path(&req));
+        let body_json = req
+            .extensions()
+            .get::<super::body_costs::BodyJson>()
+            .map(|b| &*b.0);
+        let route = limiter.route_for_request(
+            req.method().as_str(),
+            routed_path(&req),
+            req.headers(),
+            body_json,
+        );
         if limiter.is_exempt(route.as_ref()) {
             return ResponseFuture::passed(inner.call(req));
         }
@@ -96,17 +105,10 @@ where
         };
         // A route rule's estimates meter the request like a cost function,
         // filling in the units the app's function did not name.
-        let mut estimated = route
-            .as_ref()
-            .and_then(|r| r.rule().estimate(&parts.headers));
-        if let (Some(costs), Some(body)) = (
-            estimated.as_mut(),
-            parts.extensions.get::<super::body_costs::BodyCosts>(),
-        ) {
-            for (unit, n) in body.0.iter() {
-                costs.set(unit.to_owned(), n);
-            }
-        }
+        let estimated = route.as_ref().and_then(|r| {
+            let json = parts.extensions.get::<super::body_costs::BodyJson>();
+            r.rule().estimate(&parts.headers, json.map(|j| &*j.0))
+        });
         if options.cost.is_some() || estimated.is_some() {
             let mut cost = options.cost.as_ref().and_then(|cost| cost(&parts));
             if let Some(estimated) = estimated {

@@ -131,7 +131,7 @@ fn key_codes(policy: &Policy, tags: &[String]) -> HashMap<CodeInput, String> {
             inputs.push(code_input(&t.name, l, None));
         }
         for (r, tag) in policy.routes.iter().zip(tags) {
-            for l in &r.limits {
+            for l in r.limits.iter().filter(|l| l.applies_to(&t.name)) {
                 inputs.push(code_input(&t.name, l, Some(tag)));
             }
         }
@@ -187,6 +187,7 @@ impl Compiled {
                     .map(|(r, tag)| {
                         r.limits
                             .iter()
+                            .filter(|l| l.applies_to(&t.name))
                             .map(|l| compile(&t.name, l, Some(tag), split))
                             .collect()
                     })
@@ -237,7 +238,21 @@ impl Compiled {
     pub fn route_index(&self, method: &str, path: &str) -> Option<usize> {
         self.routes
             .iter()
-            .position(|r| r.rule.matches(method, path))
+            .position(|r| r.rule.when.is_empty() && r.rule.matches(method, path))
+    }
+
+    /// The index of the first route rule matching a request, conditions
+    /// on its `headers` and JSON `body` (if read) included.
+    pub fn route_index_for(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &http::HeaderMap,
+        body: Option<&serde_json::Value>,
+    ) -> Option<usize> {
+        self.routes
+            .iter()
+            .position(|r| r.rule.matches_request(method, path, headers, body))
     }
 
     /// The items of one request and, beside them, the compiled limits they

@@ -86,6 +86,26 @@ impl PolicySnapshot {
             })
     }
 
+    /// The first route rule of the pinned policy matching a request,
+    /// conditions on its `headers` and JSON `body` included
+    /// ([`RouteRule::when`](crate::RouteRule::when)); [`PolicySnapshot::route_for`]
+    /// never matches a rule with conditions.
+    pub fn route_for_request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &http::HeaderMap,
+        body: Option<&serde_json::Value>,
+    ) -> Option<RouteMatch> {
+        self.live
+            .compiled
+            .route_index_for(method, path, headers, body)
+            .map(|index| RouteMatch {
+                index,
+                live: self.live.clone(),
+            })
+    }
+
     /// Whether the matched route is exempt from limiting.
     pub fn is_exempt(&self, route: Option<&RouteMatch>) -> bool {
         route.is_some_and(RouteMatch::is_exempt)

@@ -283,6 +283,12 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
             ));
         }
         check_limits(&tier.limits, &format!("{at}.limits"), 1)?;
+        if let Some(li) = tier.limits.iter().position(|l| l.tier.is_some()) {
+            return Err((
+                format!("{at}.limits[{li}].tier"),
+                "is for a route rule's limits (a tier's own limits are that tier's already)".into(),
+            ));
+        }
     }
     for required in [&p.identity.default_tier, &p.identity.anonymous_tier] {
         if !p.tiers.is_empty() && !names.contains(required.as_str()) {
@@ -347,6 +353,21 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
             }
         }
         check_limits(&route.limits, &format!("{at}.limits"), route.cost)?;
+        for (li, l) in route.limits.iter().enumerate() {
+            if let Some(t) = l.tier.as_deref().filter(|t| !names.contains(t)) {
+                return Err((
+                    format!("{at}.limits[{li}].tier"),
+                    format!(
+                        "names tier \"{t}\", which is not defined; defined tiers: {}",
+                        p.tiers
+                            .iter()
+                            .map(|t| t.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+        }
         for (ti, tier) in p.tiers.iter().enumerate() {
             for (li, limit) in tier.limits.iter().enumerate() {
                 if route.cost > limit.algorithm.max_cost()
@@ -446,7 +467,7 @@ pub(crate) fn check_limits(limits: &[Limit], at: &str, cost: u64) -> Result<(), 
                 "must be non-empty letters, digits, '_' or '-'".into(),
             ));
         }
-        if !names.insert(limit.name.as_str()) {
+        if !names.insert((limit.name.as_str(), limit.tier.as_deref())) {
             return Err((
                 format!("{at}.name"),
                 format!(

@@ -70,6 +70,10 @@ pub struct Limit {
     /// [`Costs`](crate::Costs)). An in-flight limit counts requests (one
     /// slot each) and takes no other unit.
     pub unit: String,
+    /// On a route rule: the only tier the limit applies to (`None`: every
+    /// tier), so a route can give each plan its own limit (one stream at
+    /// once on free, five on pro). Not allowed on a tier's own limits.
+    pub tier: Option<String>,
 }
 
 /// The unit every limit counts unless it names another: requests, each
@@ -106,7 +110,19 @@ impl Limit {
             scope: Scope::Identity,
             mode: None,
             unit: REQUESTS.to_owned(),
+            tier: None,
         }
+    }
+
+    /// On a route rule: applies to callers of tier `tier` only.
+    pub fn for_tier(mut self, tier: impl Into<String>) -> Self {
+        self.tier = Some(tier.into());
+        self
+    }
+
+    /// Whether the limit applies to callers of tier `tier`.
+    pub fn applies_to(&self, tier: &str) -> bool {
+        self.tier.as_deref().is_none_or(|t| t == tier)
     }
 
     /// Counts `unit` instead of requests: a request is charged its cost in

@@ -51,6 +51,54 @@ pub struct RouteRule {
     /// ([`DEFAULT_MAX_BODY_BYTES`] unless set): a longer one is refused
     /// with 413, never read further.
     pub max_body_bytes: u64,
+    /// Conditions on the request's headers or JSON body, all of which must
+    /// hold for the rule to match (`when = [{ json = "stream", equals =
+    /// true }]`). A rule with conditions matches only where the request is
+    /// known: in the layer ([`RouteRule::matches_request`]), never by
+    /// method and path alone.
+    pub when: Vec<Condition>,
+}
+
+/// A condition of a route rule on the request.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Condition {
+    /// Header `name` has the value `equals` (compared without case).
+    Header {
+        /// The header's name, lower case.
+        name: String,
+        /// The value it must have.
+        equals: String,
+    },
+    /// Field `field` of the JSON body (dots go into objects) is `equals`
+    /// (read by [`BodyCostsLayer`](crate::layer::BodyCostsLayer)).
+    Json {
+        /// The field.
+        field: String,
+        /// The value it must have: a string, a boolean or a number.
+        equals: serde_json::Value,
+    },
+}
+
+impl Condition {
+    /// Whether the condition holds for a request with `headers` and, if
+    /// it was read, JSON `body`.
+    pub fn holds(&self, headers: &http::HeaderMap, body: Option<&serde_json::Value>) -> bool {
+        match self {
+            Condition::Header { name, equals } => headers
+                .get(name.as_str())
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case(equals)),
+            Condition::Json { field, equals } => body
+                .and_then(|b| field.split('.').try_fold(b, |v, key| v.get(key)))
+                .is_some_and(|v| v == equals),
+        }
+    }
+
+    /// Whether it needs the JSON body.
+    pub fn reads_body(&self) -> bool {
+        matches!(self, Condition::Json { .. })
+    }
 }
 
 /// One unit's cost estimate of a route rule, read from each request.
@@ -182,14 +230,34 @@ impl RouteRule {
             refund_on_error: true,
             estimates: Vec::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            when: Vec::new(),
         }
     }
 
-    /// Whether an estimate reads the request's JSON body.
+    /// Matches only requests for which `condition` holds too.
+    pub fn when(mut self, condition: Condition) -> Self {
+        self.when.push(condition);
+        self
+    }
+
+    /// Whether the rule matches a request of `method` and `path` with
+    /// `headers` and (if it was read) JSON `body`, conditions included.
+    pub fn matches_request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &http::HeaderMap,
+        body: Option<&serde_json::Value>,
+    ) -> bool {
+        self.matches(method, path) && self.when.iter().all(|c| c.holds(headers, body))
+    }
+
+    /// Whether an estimate or a condition reads the request's JSON body.
     pub fn reads_body(&self) -> bool {
         self.estimates
             .iter()
             .any(|e| matches!(e.source, EstimateSource::JsonField(_)))
+            || self.when.iter().any(Condition::reads_body)
     }
 
     /// Reads each request's cost in `estimate`'s unit where it says.
@@ -198,14 +266,23 @@ impl RouteRule {
         self
     }
 
-    /// The request's costs from this rule's estimates, `None` without any.
-    pub fn estimate(&self, headers: &http::HeaderMap) -> Option<crate::Costs> {
+    /// The request's costs from this rule's estimates (its headers and,
+    /// if it was read, its JSON body), `None` without any.
+    pub fn estimate(
+        &self,
+        headers: &http::HeaderMap,
+        body: Option<&serde_json::Value>,
+    ) -> Option<crate::Costs> {
         if self.estimates.is_empty() {
             return None;
         }
         let mut costs = crate::Costs::new();
         for e in &self.estimates {
-            if let Some(n) = e.read(headers) {
+            let n = match (&e.source, body) {
+                (EstimateSource::JsonField(_), Some(b)) => e.read_json(b),
+                _ => e.read(headers),
+            };
+            if let Some(n) = n {
                 costs.set(e.unit.clone(), n);
             }
         }
@@ -304,6 +381,10 @@ impl RouteRule {
     /// Whether every request this rule matches is matched by `earlier`
     /// too, so that, coming after it, this rule could never match.
     pub fn is_shadowed_by(&self, earlier: &RouteRule) -> bool {
+        // A rule with conditions lets the requests it does not take by.
+        if !earlier.when.is_empty() {
+            return false;
+        }
         let method_covered = match (&earlier.method, &self.method) {
             (None, _) => true,
             (Some(_), None) => false,

@@ -132,14 +132,18 @@ pub(crate) fn check(p: &Policy) -> Result<(), (String, String)> {
             )
         });
         let route_limits = p.routes.iter().enumerate().flat_map(|(ri, r)| {
-            r.limits.iter().enumerate().map(move |(li, l)| {
-                (
-                    l,
-                    format!("routes[{ri}].limits[{li}]"),
-                    route_cost(p, ri, false),
-                    route_cost(p, ri, true),
-                )
-            })
+            r.limits
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.applies_to(&tier.name))
+                .map(move |(li, l)| {
+                    (
+                        l,
+                        format!("routes[{ri}].limits[{li}]"),
+                        route_cost(p, ri, false),
+                        route_cost(p, ri, true),
+                    )
+                })
         });
         for (limit, at, cost, local_cost) in tier_limits.chain(route_limits) {
             // Route costs are in requests; a limit of another unit is

@@ -3,7 +3,7 @@
 use super::reader::{Result, Table, unknown_key};
 use super::sections::FAILURE_POLICIES;
 use crate::algorithm::Algorithm;
-use crate::policy::{CostEstimate, LeaseMode, Limit, RouteRule, Scope, Tier};
+use crate::policy::{Condition, CostEstimate, LeaseMode, Limit, RouteRule, Scope, Tier};
 
 /// Each algorithm's config name and the parameters it takes.
 const ALGORITHMS: [(&str, &[&str]); 7] = [
@@ -20,16 +20,25 @@ const ALGORITHMS: [(&str, &[&str]); 7] = [
 ];
 
 /// Keys every limit may have, whatever its algorithm.
-const COMMON: [&str; 6] = ["name", "algorithm", "shadow", "scope", "mode", "unit"];
-
-/// Every key some limit may have.
-const ANY_LIMIT_KEY: [&str; 14] = [
+const COMMON: [&str; 7] = [
     "name",
     "algorithm",
     "shadow",
     "scope",
     "mode",
     "unit",
+    "tier",
+];
+
+/// Every key some limit may have.
+const ANY_LIMIT_KEY: [&str; 15] = [
+    "name",
+    "algorithm",
+    "shadow",
+    "scope",
+    "mode",
+    "unit",
+    "tier",
     "capacity",
     "refill_per_second",
     "limit",
@@ -81,6 +90,7 @@ pub(super) fn route(t: &Table<'_>) -> Result<RouteRule> {
             "refund_on_error",
             "costs",
             "max_body_bytes",
+            "when",
             "limits",
         ],
         "a route",
@@ -108,6 +118,11 @@ pub(super) fn route(t: &Table<'_>) -> Result<RouteRule> {
     if let Some(n) = t.uint("max_body_bytes", 1, 64 << 20)? {
         route.max_body_bytes = n;
     }
+    route.when = t
+        .tables("when")?
+        .iter()
+        .map(condition)
+        .collect::<Result<_>>()?;
     route.limits = limits(t)?;
     Ok(route)
 }
@@ -148,6 +163,58 @@ fn estimate(t: &Table<'_>) -> Result<CostEstimate> {
         return Err(t.error_at(field, message));
     }
     Ok(estimate)
+}
+
+/// One entry of a route's `when`: `{ header = "x-stream", equals = "1" }`
+/// or `{ json = "stream", equals = true }`.
+fn condition(t: &Table<'_>) -> Result<Condition> {
+    t.only(&["header", "json", "equals"], "a route condition")?;
+    let Some(equals) = t.get("equals") else {
+        return Err(t.missing(
+            "equals",
+            "is required: the value the header or field must have",
+        ));
+    };
+    match (t.str("header")?, t.str("json")?) {
+        (Some(name), None) => {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(t.error_at(
+                    "header",
+                    format!("must be a valid HTTP header name such as \"x-stream\", got {name:?}"),
+                ));
+            }
+            Ok(Condition::Header {
+                name: name.to_ascii_lowercase(),
+                equals: equals.as_str()?.to_owned(),
+            })
+        }
+        (None, Some(field)) => {
+            if field.is_empty() || field.split('.').any(str::is_empty) {
+                return Err(t.error_at("json", "must name a field such as \"stream\""));
+            }
+            let value = if let Ok(b) = equals.as_bool() {
+                serde_json::Value::from(b)
+            } else if let Ok(s) = equals.as_str() {
+                serde_json::Value::from(s)
+            } else {
+                serde_json::Value::from(equals.as_uint(0, u64::MAX).map_err(|_| {
+                    equals.error("must be a string, true or false, or a whole number")
+                })?)
+            };
+            Ok(Condition::Json {
+                field: field.to_owned(),
+                equals: value,
+            })
+        }
+        (Some(_), Some(_)) => Err(t.error_at(
+            "json",
+            "is a second subject: a condition reads one header or one field",
+        )),
+        (None, None) => Err(t.missing(
+            "header",
+            "is required (or `json = \"field\"`): what the condition reads",
+        )),
+    }
 }
 
 pub(super) fn limits(t: &Table<'_>) -> Result<Vec<Limit>> {
@@ -269,6 +336,7 @@ fn limit(t: &Table<'_>) -> Result<Limit> {
         }
         limit.unit = name.to_owned();
     }
+    limit.tier = t.str("tier")?.map(str::to_owned);
     Ok(limit)
 }
 
