@@ -6,7 +6,8 @@
 -- ARGV[2]        cost: units each limit is asked for (integer), or 'i':
 --                limit i is asked for ARGV[3+5n+i] units (n limits), so
 --                the groups of one decision-service request keep their
---                own costs (0 checks without charging)
+--                own costs (0 checks without charging; 'c' checks that
+--                one unit is left and charges nothing)
 -- ARGV[3]        '1' to peek (decide, write nothing), '0' to charge, or
 --                'r' to charge a call in which a key appears more than
 --                once (the same counter named by several limits): each
@@ -103,9 +104,19 @@ for i = 1, #KEYS do
   end
   -- Parameters go as ARGV strings: each algorithm converts the ones it
   -- uses (tonumber is dear here).
+  local c = cost
+  local check = false
+  if costs then
+    c = ARGV[costs + i]
+    check = c == 'c'
+    c = check and 1 or tonumber(c)
+  end
   local ok, remaining, reset, retry, ttl, value, kind, extra =
-    decide(KEYS[i], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], now,
-      costs and tonumber(ARGV[costs + i]) or cost)
+    decide(KEYS[i], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], now, c)
+  if check and ok then
+    -- Decided at one unit, charged none: nothing to write.
+    remaining, value, kind, extra = remaining + 1, false, 0, nil
+  end
   local s = 8 * (i - 1)
   S[s + 1], S[s + 2], S[s + 3], S[s + 4] = ok, remaining, reset, retry
   S[s + 5], S[s + 6], S[s + 7], S[s + 8] = ttl, value, kind, extra

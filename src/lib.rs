@@ -146,10 +146,10 @@ pub use error::Error;
 pub use identity::{Identity, KeyExtractor, TierResolver};
 pub use layer::{RateLimit, RateLimitLayer};
 pub use limiter::{
-    Decision, DecisionPath, Follow, Group, GroupReport, Groups, GroupsDecision, GroupsFailure,
-    GroupsUnavailable, LimitReport, Limiter, LimiterBuilder, Meter, PolicySnapshot, PolicyStatus,
-    PolicyVersion, ReloadAttempt, ReloadError, ReloadOutcome, Reservation, RouteMatch, Settled,
-    Slot, Source, Usage, group_decision,
+    Costs, Decision, DecisionPath, Follow, Group, GroupReport, Groups, GroupsDecision,
+    GroupsFailure, GroupsUnavailable, LimitReport, Limiter, LimiterBuilder, Meter, PolicySnapshot,
+    PolicyStatus, PolicyVersion, ReloadAttempt, ReloadError, ReloadOutcome, Reservation,
+    RouteMatch, Settled, Slot, Source, UnitUsage, Usage, group_decision,
 };
 pub use policy::{Limit, Policy, RouteRule, Tier};
 pub use resilience::BreakerState;

@@ -320,7 +320,7 @@ fn unknown_key_in_a_limit_lists_what_that_algorithm_takes() {
     );
     assert_says(
         &msg,
-        &["name, algorithm, shadow, scope, mode, capacity, refill_per_second"],
+        &["name, algorithm, shadow, scope, mode, unit, tier, capacity, refill_per_second"],
     );
 }
 
@@ -337,7 +337,9 @@ fn unknown_key_in_a_route_lists_the_route_keys() {
     );
     assert_says(
         &msg,
-        &["method, path, cost, on_store_failure, exempt, mode, limits"],
+        &[
+            "method, path, cost, on_store_failure, exempt, mode, refund_on_error, costs, max_body_bytes, when, limits",
+        ],
     );
 }
 

@@ -6,7 +6,18 @@
 //!   units left (floored), `t` seconds until it returns (rounded up); when
 //!   blocked, `t` is the retry time, so `Retry-After` is never earlier.
 //! - `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`
-//!   (UTC epoch seconds, as GitHub sends it) for the same limit.
+//!   (UTC epoch seconds, as GitHub sends it) for the most constraining
+//!   limit counting requests.
+//!
+//! Limits count units ([`Limit::unit`](crate::Limit::unit)). For every unit
+//! the decision's enforced limits count, the tightest limit of that unit
+//! is also sent as `x-ratelimit-limit-<unit>`, `x-ratelimit-remaining-<unit>`
+//! and `x-ratelimit-reset-<unit>` (epoch seconds, like `X-RateLimit-Reset`):
+//! `x-ratelimit-remaining-requests`, `x-ratelimit-remaining-tokens`. With
+//! several units, `RateLimit` lists the most constraining limit first, then
+//! the tightest limit of each other unit, and `RateLimit-Policy` gives a
+//! limit of a unit other than requests its unit as `qu`:
+//! `"tpm";q=100000;w=60;qu="tokens"`.
 
 use std::cell::RefCell;
 use std::fmt::Write as _;
@@ -14,8 +25,9 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::Decision;
 use crate::clock::MICROS_PER_SEC;
+use crate::policy::REQUESTS;
+use crate::{Decision, LimitReport};
 
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -27,6 +39,32 @@ pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-l
 pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 /// `X-RateLimit-Reset`.
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+/// `x-ratelimit-limit-requests`.
+pub const X_RATELIMIT_LIMIT_REQUESTS: HeaderName =
+    HeaderName::from_static("x-ratelimit-limit-requests");
+/// `x-ratelimit-remaining-requests`.
+pub const X_RATELIMIT_REMAINING_REQUESTS: HeaderName =
+    HeaderName::from_static("x-ratelimit-remaining-requests");
+/// `x-ratelimit-reset-requests`.
+pub const X_RATELIMIT_RESET_REQUESTS: HeaderName =
+    HeaderName::from_static("x-ratelimit-reset-requests");
+
+/// The names `x-ratelimit-limit-<unit>`, `x-ratelimit-remaining-<unit>`
+/// and `x-ratelimit-reset-<unit>`; `None` for a name no header can carry
+/// (a unit the policy checks never is).
+pub fn unit_header_names(unit: &str) -> Option<[HeaderName; 3]> {
+    if unit == REQUESTS {
+        return Some([
+            X_RATELIMIT_LIMIT_REQUESTS,
+            X_RATELIMIT_REMAINING_REQUESTS,
+            X_RATELIMIT_RESET_REQUESTS,
+        ]);
+    }
+    let name = |family: &str| {
+        HeaderName::from_bytes(format!("x-ratelimit-{family}-{unit}").as_bytes()).ok()
+    };
+    Some([name("limit")?, name("remaining")?, name("reset")?])
+}
 
 /// Whole seconds, rounded up.
 pub fn ceil_secs(d: Duration) -> u64 {
@@ -107,8 +145,8 @@ pub fn insert_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies
 }
 
 fn write_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies, buf: &mut String) {
-    // Room for all five at once: the map grows once, not header by header.
-    h.reserve(5);
+    // Room for all eight at once: the map grows once, not header by header.
+    h.reserve(8);
     if families.ietf {
         insert_policy(h, d, buf);
     }
@@ -124,33 +162,122 @@ fn write_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies, buf
     };
     let remaining = left.max(0.0).floor() as u64;
     let until = until_return(d);
+    // The common decision: every limit counts one unit (requests).
+    let single = d.limits.iter().all(|l| l.shadow || l.unit == top.unit);
     if families.ietf {
         let t = ceil_secs(until);
         buf.clear();
         push_sf_string(buf, &top.name);
         let _ = write!(buf, ";r={remaining};t={t}");
+        if !single {
+            for unit in d.units().filter(|u| **u != top.unit) {
+                if let Some((l, r, until)) = tightest(d, unit) {
+                    buf.push_str(", ");
+                    push_sf_string(buf, &l.name);
+                    let _ = write!(buf, ";r={r};t={}", ceil_secs(until));
+                }
+            }
+        }
         put(h, RATELIMIT, buf);
     }
-    if families.x_ratelimit {
-        // The epoch second at or after which quota is back: rounded up, so
-        // a client waiting until then is never early.
-        let reset = (d.decided_at + until.as_micros() as u64).div_ceil(MICROS_PER_SEC);
-        h.insert(
-            X_RATELIMIT_LIMIT,
-            cached(&QUOTA, top.quota, |b| {
-                let _ = write!(b, "{}", top.quota);
-            }),
-        );
-        h.insert(X_RATELIMIT_REMAINING, HeaderValue::from(remaining));
+    if !families.x_ratelimit {
+        return;
+    }
+    let requests = if top.unit.as_ref() == REQUESTS {
+        Some((top, remaining, until))
+    } else if single {
+        None
+    } else {
+        tightest(d, REQUESTS)
+    };
+    if let Some((l, remaining, until)) = requests {
+        let reset = reset_second(d, until);
+        let quota = cached(&QUOTA, l.quota, |b| {
+            let _ = write!(b, "{}", l.quota);
+        });
+        let left = number(remaining);
         // Many responses share a reset second: one value per second per
         // thread, not a formatted copy each.
-        h.insert(
-            X_RATELIMIT_RESET,
-            cached(&RESET, reset, |b| {
-                let _ = write!(b, "{reset}");
-            }),
-        );
+        let reset = cached(&RESET, reset, |b| {
+            let _ = write!(b, "{reset}");
+        });
+        h.insert(X_RATELIMIT_LIMIT_REQUESTS, quota.clone());
+        h.insert(X_RATELIMIT_REMAINING_REQUESTS, left.clone());
+        h.insert(X_RATELIMIT_RESET_REQUESTS, reset.clone());
+        h.insert(X_RATELIMIT_LIMIT, quota);
+        h.insert(X_RATELIMIT_REMAINING, left);
+        h.insert(X_RATELIMIT_RESET, reset);
     }
+    if single && requests.is_some() {
+        return;
+    }
+    for unit in d.units().filter(|u| u.as_ref() != REQUESTS) {
+        let (Some((l, remaining, until)), Some([limit, left, reset])) =
+            (tightest(d, unit), unit_names(unit))
+        else {
+            continue;
+        };
+        h.insert(limit, number(l.quota));
+        h.insert(left, number(remaining));
+        h.insert(reset, HeaderValue::from(reset_second(d, until)));
+    }
+}
+
+/// The epoch second at or after which quota is back `until` after the
+/// decision: rounded up, so a client waiting until then is never early.
+fn reset_second(d: &Decision, until: Duration) -> u64 {
+    (d.decided_at + until.as_micros() as u64).div_ceil(MICROS_PER_SEC)
+}
+
+/// The tightest limit of `unit` ([`Decision::most_constraining_in`]), its
+/// whole units left and how long until its quota returns (its retry time
+/// when it refused the request).
+fn tightest<'d>(d: &'d Decision, unit: &str) -> Option<(&'d LimitReport, u64, Duration)> {
+    let l = d.most_constraining_in(unit)?;
+    let left = l.remaining?.max(0.0).floor() as u64;
+    let until = if l.allowed {
+        l.reset_after
+    } else {
+        l.retry_after
+    };
+    Some((l, left, until))
+}
+
+/// The largest number [`number`] has a ready value for.
+const READY_NUMBERS: u64 = 1024;
+
+/// `n` as a header value: for small numbers (most remaining counts) a
+/// value made once and shared, so a response allocates nothing for it.
+fn number(n: u64) -> HeaderValue {
+    static READY: std::sync::OnceLock<Vec<HeaderValue>> = std::sync::OnceLock::new();
+    if n >= READY_NUMBERS {
+        return HeaderValue::from(n);
+    }
+    READY.get_or_init(|| {
+        (0..READY_NUMBERS)
+            .map(|i| {
+                let text: &'static str = Box::leak(i.to_string().into_boxed_str());
+                HeaderValue::from_static(text)
+            })
+            .collect()
+    })[n as usize]
+        .clone()
+}
+
+/// The three header names of `unit`, made once per thread and unit.
+fn unit_names(unit: &str) -> Option<[HeaderName; 3]> {
+    UNIT_NAMES.with_borrow_mut(|names| {
+        if let Some((_, n)) = names.iter().find(|(u, _)| u == unit) {
+            return Some(n.clone());
+        }
+        let made = unit_header_names(unit)?;
+        // Units come from the policy: a handful. A reload may bring others.
+        if names.len() >= 32 {
+            names.clear();
+        }
+        names.push((unit.to_owned(), made.clone()));
+        Some(made)
+    })
 }
 
 fn put(h: &mut HeaderMap, name: HeaderName, value: &str) {
@@ -170,6 +297,8 @@ thread_local! {
     static RESET: RefCell<Option<(u64, HeaderValue)>> = const { RefCell::new(None) };
     /// The buffer header values are written into.
     static SCRATCH: RefCell<String> = const { RefCell::new(String::new()) };
+    /// The per-unit header names of the units seen.
+    static UNIT_NAMES: RefCell<Vec<(String, [HeaderName; 3])>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The value for `key` from a one-entry per-thread memo, built by `write`
@@ -199,6 +328,10 @@ fn insert_policy(h: &mut HeaderMap, d: &Decision, buf: &mut String) {
         }
         push_sf_string(buf, &l.name);
         let _ = write!(buf, ";q={};w={}", l.quota, l.window_secs);
+        if l.unit.as_ref() != REQUESTS {
+            buf.push_str(";qu=");
+            push_sf_string(buf, &l.unit);
+        }
     }
     if buf.is_empty() {
         return;

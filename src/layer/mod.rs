@@ -83,6 +83,7 @@
 //! lookup of the app's own.
 
 mod body;
+mod body_costs;
 mod future;
 mod grpc;
 pub mod headers;
@@ -98,6 +99,7 @@ use axum::response::Response;
 use tower::Layer;
 
 pub use body::RefusalBody;
+pub use body_costs::{BodyCostsLayer, BodyCostsService};
 pub use future::ResponseFuture;
 pub use headers::HeaderFamilies;
 pub use peer::PeerAddr;
@@ -218,10 +220,33 @@ impl RateLimitLayer {
     /// # }
     /// ```
     pub fn with_cost(
-        mut self,
+        self,
         cost: impl Fn(&http::request::Parts) -> Option<u64> + Send + Sync + 'static,
     ) -> Self {
-        Arc::make_mut(&mut self.options).cost = Some(Arc::new(cost));
+        self.with_costs(move |parts| cost(parts).map(crate::Costs::requests))
+    }
+
+    /// [`RateLimitLayer::with_cost`] with a cost per unit
+    /// ([`Costs`](crate::Costs)): each limit is charged the request's cost
+    /// in its unit, all in one decision, and a limit of a unit the costs do
+    /// not name is checked without charge (refused once nothing of it is
+    /// left). `None` is the route rule's cost in requests. The settle after
+    /// the response is per unit ([`crate::Meter::record_unit`]).
+    ///
+    /// ```
+    /// use ratewatch::Costs;
+    /// # fn layer(limiter: ratewatch::Limiter) -> ratewatch::RateLimitLayer {
+    /// limiter.layer().with_costs(|parts: &http::request::Parts| {
+    ///     let tokens = parts.headers.get("x-max-tokens")?.to_str().ok()?.parse().ok()?;
+    ///     Some(Costs::new().with("tokens", tokens))
+    /// })
+    /// # }
+    /// ```
+    pub fn with_costs(
+        mut self,
+        costs: impl Fn(&http::request::Parts) -> Option<crate::Costs> + Send + Sync + 'static,
+    ) -> Self {
+        Arc::make_mut(&mut self.options).cost = Some(Arc::new(costs));
         self
     }
 

@@ -20,8 +20,8 @@ use crate::{Decision, Identity};
 pub(crate) type Responder = Arc<dyn Fn(&Refusal<'_>) -> Response + Send + Sync>;
 /// Sees every decision the layer makes.
 pub(crate) type DecisionHook = Arc<dyn Fn(&Decision, &Identity) + Send + Sync>;
-/// A request's cost from its parts; `None` is the route rule's.
-pub(crate) type CostFn = Arc<dyn Fn(&http::request::Parts) -> Option<u64> + Send + Sync>;
+/// A request's costs from its parts; `None` is the route rule's.
+pub(crate) type CostFn = Arc<dyn Fn(&http::request::Parts) -> Option<crate::Costs> + Send + Sync>;
 
 /// A refusal in the wrapped service's body type: at once, or (an app's own
 /// answer in a body that must be read first) later.

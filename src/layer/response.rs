@@ -164,20 +164,23 @@ impl<'a> Refusal<'a> {
             Refusal::RateLimited {
                 decision,
                 retry_after_secs,
-            } => serde_json::to_vec(&Body {
-                error: if decision.exceeded_quota().is_some() {
-                    "cost_exceeds_quota"
-                } else {
-                    "rate_limited"
-                },
-                message,
-                tier: &decision.tier,
-                limit: decision
+            } => {
+                let refused_by = decision
                     .exceeded_quota()
-                    .or_else(|| decision.most_constraining())
-                    .map(|l| &*l.name),
-                retry_after_seconds: retry_after_secs,
-            }),
+                    .or_else(|| decision.most_constraining());
+                serde_json::to_vec(&Body {
+                    error: if decision.exceeded_quota().is_some() {
+                        "cost_exceeds_quota"
+                    } else {
+                        "rate_limited"
+                    },
+                    message,
+                    tier: &decision.tier,
+                    limit: refused_by.map(|l| &*l.name),
+                    unit: refused_by.map(|l| &*l.unit),
+                    retry_after_seconds: retry_after_secs,
+                })
+            }
             Refusal::Unavailable {
                 decision,
                 retry_after_secs,
@@ -186,6 +189,7 @@ impl<'a> Refusal<'a> {
                 message,
                 tier: &decision.tier,
                 limit: None,
+                unit: None,
                 retry_after_seconds: retry_after_secs,
             }),
             Refusal::BadIdentity(e) | Refusal::Unauthorized(e) => {
@@ -243,6 +247,9 @@ struct Body<'a> {
     tier: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     limit: Option<&'a str>,
+    /// The unit the refusing limit counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unit: Option<&'a str>,
     retry_after_seconds: u64,
 }
 

@@ -81,7 +81,16 @@ where
         let options = &self.options;
         // One policy for the whole request, whatever reloads meanwhile.
         let limiter = self.limiter.snapshot();
-        let route = limiter.route_for(req.method().as_str(), routed_path(&req));
+        let body_json = req
+            .extensions()
+            .get::<super::body_costs::BodyJson>()
+            .map(|b| &*b.0);
+        let route = limiter.route_for_request(
+            req.method().as_str(),
+            routed_path(&req),
+            req.headers(),
+            body_json,
+        );
         if limiter.is_exempt(route.as_ref()) {
             return ResponseFuture::passed(inner.call(req));
         }
@@ -94,8 +103,22 @@ where
                 return refused(options.refuse(&refusal, &parts.headers));
             }
         };
-        if let Some(cost) = &options.cost {
-            let cost = cost(&parts);
+        // A route rule's estimates meter the request like a cost function,
+        // filling in the units the app's function did not name.
+        let estimated = route.as_ref().and_then(|r| {
+            let json = parts.extensions.get::<super::body_costs::BodyJson>();
+            r.rule().estimate(&parts.headers, json.map(|j| &*j.0))
+        });
+        if options.cost.is_some() || estimated.is_some() {
+            let mut cost = options.cost.as_ref().and_then(|cost| cost(&parts));
+            if let Some(estimated) = estimated {
+                let costs = cost.get_or_insert_with(crate::Costs::new);
+                for (unit, n) in estimated.iter() {
+                    if costs.get(unit).is_none() {
+                        costs.set(unit.to_owned(), n);
+                    }
+                }
+            }
             return metered(
                 limiter,
                 options.clone(),
@@ -177,7 +200,7 @@ fn metered<S, ReqBody, ResBody>(
     identity: crate::Identity,
     tier: String,
     route: Option<crate::RouteMatch>,
-    cost: Option<u64>,
+    cost: Option<crate::Costs>,
 ) -> ResponseFuture<S::Future>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
@@ -188,7 +211,7 @@ where
 {
     ResponseFuture::waiting(Box::pin(async move {
         let (decision, reservation) = limiter
-            .reserve(&identity, &tier, route.as_ref(), cost)
+            .reserve_costs(&identity, &tier, route.as_ref(), cost.as_ref())
             .await;
         let decision = match answer(&limiter, &options, decision, &identity, &parts) {
             Answer::Refuse(refusal) => return Ok(refusal.get().await),
@@ -206,6 +229,14 @@ where
         let mut res = inner.call(req).await?;
         if let Some(crate::Usage(units)) = res.extensions().get() {
             meter.record(*units);
+        }
+        if let Some(crate::UnitUsage(used)) = res.extensions().get() {
+            meter.record_costs(used);
+        }
+        // No settle trap: a request refused downstream used nothing.
+        let refund = route.as_ref().is_none_or(|r| r.rule().refund_on_error);
+        if refund && res.status().as_u16() >= 400 && !meter.is_recorded() {
+            meter.refund_unless_recorded();
         }
         drop(meter);
         headers::insert_families(res.headers_mut(), &decision, options.headers);

@@ -70,6 +70,7 @@ fn report(l: &CompiledLimit, v: &Verdict, local: Option<&Item>) -> LimitReport {
     let algorithm = local.map_or(&l.algorithm, |i| &i.algorithm);
     LimitReport {
         name: l.name.clone(),
+        unit: l.unit.clone(),
         quota: algorithm.quota(),
         window_secs: algorithm.window_secs(),
         remaining: Some(v.remaining),

@@ -32,6 +32,10 @@ pub(crate) struct CompiledLimit {
     /// The mode it asks for (its scope's default if unset; `None`: it
     /// follows the request's other limits).
     pub mode: Option<crate::policy::LeaseMode>,
+    /// The unit it counts.
+    pub unit: Arc<str>,
+    /// Whether that unit is requests (charged the route rule's cost).
+    pub requests: bool,
 }
 
 impl CompiledLimit {
@@ -46,6 +50,8 @@ impl CompiledLimit {
             algorithm,
             local,
             mode: limit.effective_mode(),
+            unit: limit.unit.as_str().into(),
+            requests: limit.counts_requests(),
         }
     }
 }
@@ -125,7 +131,7 @@ fn key_codes(policy: &Policy, tags: &[String]) -> HashMap<CodeInput, String> {
             inputs.push(code_input(&t.name, l, None));
         }
         for (r, tag) in policy.routes.iter().zip(tags) {
-            for l in &r.limits {
+            for l in r.limits.iter().filter(|l| l.applies_to(&t.name)) {
                 inputs.push(code_input(&t.name, l, Some(tag)));
             }
         }
@@ -181,6 +187,7 @@ impl Compiled {
                     .map(|(r, tag)| {
                         r.limits
                             .iter()
+                            .filter(|l| l.applies_to(&t.name))
                             .map(|l| compile(&t.name, l, Some(tag), split))
                             .collect()
                     })
@@ -231,7 +238,21 @@ impl Compiled {
     pub fn route_index(&self, method: &str, path: &str) -> Option<usize> {
         self.routes
             .iter()
-            .position(|r| r.rule.matches(method, path))
+            .position(|r| r.rule.when.is_empty() && r.rule.matches(method, path))
+    }
+
+    /// The index of the first route rule matching a request, conditions
+    /// on its `headers` and JSON `body` (if read) included.
+    pub fn route_index_for(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &http::HeaderMap,
+        body: Option<&serde_json::Value>,
+    ) -> Option<usize> {
+        self.routes
+            .iter()
+            .position(|r| r.rule.matches_request(method, path, headers, body))
     }
 
     /// The items of one request and, beside them, the compiled limits they
@@ -283,6 +304,7 @@ impl Compiled {
                     },
                     shadow: l.shadow,
                     cost: None,
+                    require_left: false,
                 }
             })
             .collect();

@@ -8,9 +8,10 @@ use super::ask::{Answer, StoreFailure};
 use super::assemble::build;
 use super::compiled::{CompiledLimit, CompiledTier, Limits};
 use super::live::Live;
-use super::{Decision, DecisionPath, Limiter, Source};
+use super::{Costs, Decision, DecisionPath, Limiter, Source};
 use crate::identity::Identity;
 use crate::policy::FailurePolicy;
+use crate::policy::REQUESTS;
 use crate::store::{Batch, Item, StoreDecision};
 use crate::telemetry::Outcome;
 
@@ -19,7 +20,11 @@ pub(super) struct Prepared<'a> {
     pub(super) tier: &'a CompiledTier,
     pub(super) items: Vec<Item>,
     pub(super) limits: Limits<'a>,
+    /// The requests cost: every `requests` limit's (the batch's cost).
     pub(super) cost: u64,
+    /// Whether some limit is asked for its own cost (another unit, or a
+    /// check that something is left): decided exactly, never from a lease.
+    pub(super) per_unit: bool,
     pub(super) route: Option<usize>,
     pub(super) failure: FailurePolicy,
     pub(super) peek: bool,
@@ -56,7 +61,7 @@ impl Limiter {
         self.run_cost(live, identity, tier, route, peek, None).await
     }
 
-    /// [`Limiter::run`] at `cost` units instead of the route's cost.
+    /// [`Limiter::run`] at `costs` instead of the route's cost.
     pub(super) async fn run_cost(
         &self,
         live: &Live,
@@ -64,7 +69,7 @@ impl Limiter {
         tier: &str,
         route: Option<usize>,
         peek: bool,
-        cost: Option<u64>,
+        cost: Option<&Costs>,
     ) -> Decision {
         let Some(p) = self.prepare(live, identity, tier, route, peek, cost) else {
             return self.unlimited();
@@ -89,7 +94,7 @@ impl Limiter {
         // A store without leases skips the lease path's (large) future; a
         // request taking in-flight slots is decided exactly (a slot is
         // held, not spent, so it cannot be leased).
-        let leased = if peek || !self.inner.store.leases() || p.holder.is_some() {
+        let leased = if peek || !self.inner.store.leases() || p.holder.is_some() || p.per_unit {
             None
         } else {
             self.decide_leased(
@@ -130,7 +135,7 @@ impl Limiter {
         self.run_now_cost(live, identity, tier, route, peek, None)
     }
 
-    /// [`Limiter::run_now`] at `cost` units instead of the route's cost.
+    /// [`Limiter::run_now`] at `costs` instead of the route's cost.
     pub(super) fn run_now_cost(
         &self,
         live: &Live,
@@ -138,7 +143,7 @@ impl Limiter {
         tier: &str,
         route: Option<usize>,
         peek: bool,
-        cost: Option<u64>,
+        cost: Option<&Costs>,
     ) -> Option<Decision> {
         if !self.may_decide_now() {
             return None;
@@ -158,8 +163,9 @@ impl Limiter {
         Some(self.recorded(live, &p, decision, identity))
     }
 
-    /// The tier and keyed limits of a request; `None` when the policy has
-    /// no tier at all.
+    /// The tier and keyed limits of a request, each asked for the
+    /// request's cost in its unit (see [`Costs`]); `None` when the policy
+    /// has no tier at all.
     pub(super) fn prepare<'a>(
         &self,
         live: &'a Live,
@@ -167,7 +173,7 @@ impl Limiter {
         tier: &str,
         route: Option<usize>,
         peek: bool,
-        cost: Option<u64>,
+        costs: Option<&Costs>,
     ) -> Option<Prepared<'a>> {
         let c = &live.compiled;
         let tier = c
@@ -175,15 +181,40 @@ impl Limiter {
             .get(tier)
             .or_else(|| c.tiers.get(&live.policy.identity.default_tier))
             .or_else(|| c.tiers.values().next())?;
-        let (items, limits) = c.items(tier, route, identity, false);
+        let (mut items, limits) = c.items(tier, route, identity, false);
         let holder = (!peek && items.iter().any(|i| i.algorithm.is_concurrency()))
             .then(crate::store::holder_id);
+        let cost = costs
+            .and_then(|c| c.get(REQUESTS))
+            .unwrap_or_else(|| route.map_or(1, |i| c.routes[i].rule.cost));
+        let mut per_unit = false;
+        if !peek {
+            for (item, l) in items.iter_mut().zip(&limits) {
+                let asked = if l.requests {
+                    cost
+                } else {
+                    costs.and_then(|c| c.get(&l.unit)).unwrap_or(0)
+                };
+                if item.algorithm.is_concurrency() || (l.requests && asked > 0) {
+                    continue;
+                }
+                per_unit = true;
+                if asked == 0 {
+                    // Named at 0 or not at all: checked, not charged.
+                    item.cost = Some(0);
+                    item.require_left = true;
+                } else {
+                    item.cost = Some(asked);
+                }
+            }
+        }
         Some(Prepared {
             holder,
             tier,
             items,
             limits,
-            cost: cost.unwrap_or_else(|| route.map_or(1, |i| c.routes[i].rule.cost)),
+            cost,
+            per_unit,
             route,
             failure: route.map_or(c.default_failure, |i| c.routes[i].failure),
             peek,

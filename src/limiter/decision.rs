@@ -77,6 +77,8 @@ impl DecisionPath {
 pub struct LimitReport {
     /// The limit's name.
     pub name: Arc<str>,
+    /// The unit it counts (`requests` unless the limit names another).
+    pub unit: Arc<str>,
     /// Units per window (`q`).
     pub quota: u64,
     /// Window in seconds (`w`).
@@ -164,6 +166,62 @@ impl Decision {
     /// Whether the failure policy, not the store, answered.
     pub fn is_fallback(&self) -> bool {
         self.source.is_fallback()
+    }
+
+    /// The enforced limit that refused the request (the one with the
+    /// latest retry time, when several did); `None` when it was admitted,
+    /// or when the failure policy refused it without the store.
+    pub fn refused_by(&self) -> Option<&LimitReport> {
+        if self.allowed || !self.state_known() {
+            return None;
+        }
+        self.limits
+            .iter()
+            .filter(|l| !l.shadow && !l.allowed)
+            .max_by_key(|l| l.retry_after)
+    }
+
+    /// The limit of `unit` the `RateLimit` header would name among that
+    /// unit's limits: the blocking one with the latest retry when the
+    /// request was refused by one of them, else the one with the fewest
+    /// units left. `None` when the decision has no enforced limit of `unit`
+    /// or its state is not known.
+    pub fn most_constraining_in(&self, unit: &str) -> Option<&LimitReport> {
+        if !self.state_known() {
+            return None;
+        }
+        let of_unit = || {
+            self.limits
+                .iter()
+                .filter(move |l| !l.shadow && l.unit.as_ref() == unit)
+        };
+        if let Some(blocking) = of_unit()
+            .filter(|l| !l.allowed)
+            .max_by_key(|l| l.retry_after)
+        {
+            return Some(blocking);
+        }
+        of_unit().min_by(|a, b| {
+            let left = |l: &LimitReport| l.remaining.unwrap_or(f64::INFINITY);
+            left(a)
+                .total_cmp(&left(b))
+                .then(b.reset_after.cmp(&a.reset_after))
+        })
+    }
+
+    /// Every unit the decision's enforced limits count, each once, in the
+    /// order of the limits.
+    pub fn units(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.limits
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| !l.shadow)
+            .filter(|(i, l)| {
+                !self.limits[..*i]
+                    .iter()
+                    .any(|e| !e.shadow && e.unit == l.unit)
+            })
+            .map(|(_, l)| &l.unit)
     }
 
     /// The enforced limit the request's cost exceeds the quota of, if any:

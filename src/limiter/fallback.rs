@@ -62,6 +62,7 @@ impl Limiter {
                     .iter()
                     .map(|l| LimitReport {
                         name: l.name.clone(),
+                        unit: l.unit.clone(),
                         quota: l.algorithm.quota(),
                         window_secs: l.algorithm.window_secs(),
                         remaining: None,
@@ -93,7 +94,12 @@ impl Limiter {
                 }
             }
             FailurePolicy::Local => {
-                let (items, _) = live.compiled.items(tier, route, identity, true);
+                let (mut items, _) = live.compiled.items(tier, route, identity, true);
+                // Each limit is asked what the store would have asked it.
+                for (local, asked) in items.iter_mut().zip(batch.items) {
+                    local.cost = asked.cost;
+                    local.require_left = asked.require_left;
+                }
                 let local = Batch {
                     items: &items,
                     ..*batch

@@ -324,6 +324,7 @@ impl Limiter {
                 for (g, name, algorithm, shadow) in &c.owners {
                     groups[*g].limits.push(LimitReport {
                         name: name.clone(),
+                        unit: super::costs::requests_unit(),
                         quota: algorithm.quota(),
                         window_secs: algorithm.window_secs(),
                         remaining: None,
@@ -444,6 +445,7 @@ fn reports(
         }
         groups[*g].limits.push(LimitReport {
             name: name.clone(),
+            unit: super::costs::requests_unit(),
             quota: algorithm.quota(),
             window_secs: algorithm.window_secs(),
             remaining: Some(v.remaining),

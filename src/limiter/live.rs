@@ -97,6 +97,11 @@ impl RouteMatch {
     pub fn is_exempt(&self) -> bool {
         self.live.compiled.routes[self.index].rule.exempt
     }
+
+    /// The matched rule.
+    pub fn rule(&self) -> &crate::policy::RouteRule {
+        &self.live.compiled.routes[self.index].rule
+    }
 }
 
 impl std::fmt::Debug for RouteMatch {

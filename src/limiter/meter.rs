@@ -20,14 +20,21 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use super::Costs;
 use super::reserve::Reservation;
 
-/// What a request really used, in the units of its cost: a handler puts it
-/// into its response's extensions, and the layer records it in the
-/// request's [`Meter`] when the response head comes back (replacing what
-/// was recorded before).
+/// What a request really used, in its reservation's primary unit
+/// ([`Reservation::primary_unit`]: requests unless its limits count
+/// another unit, such as tokens): a handler puts it into its response's
+/// extensions, and the layer records it in the request's [`Meter`] when
+/// the response head comes back (replacing what was recorded before).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Usage(pub u64);
+
+/// What a request really used, per unit: [`Usage`] for several units. A
+/// unit it does not name keeps what was recorded (or reserved).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitUsage(pub Costs);
 
 /// The running usage of one admitted request, settled when the last clone
 /// drops. Cheap to clone; every clone counts into the same total.
@@ -39,8 +46,14 @@ pub struct Meter {
 #[derive(Debug)]
 struct Inner {
     reservation: Mutex<Option<Reservation>>,
+    /// The reservation's primary unit, what `actual` counts.
+    primary: Arc<str>,
     actual: AtomicU64,
     recorded: AtomicBool,
+    /// What was recorded in the other units.
+    others: Mutex<Costs>,
+    /// Give the whole reservation back if nothing is recorded by the end.
+    refund_unrecorded: AtomicBool,
 }
 
 impl Meter {
@@ -48,9 +61,12 @@ impl Meter {
     pub fn new(reservation: Reservation) -> Self {
         Self {
             inner: Arc::new(Inner {
+                primary: reservation.primary_unit().into(),
                 reservation: Mutex::new(Some(reservation)),
                 actual: AtomicU64::new(0),
                 recorded: AtomicBool::new(false),
+                others: Mutex::default(),
+                refund_unrecorded: AtomicBool::new(false),
             }),
         }
     }
@@ -62,8 +78,11 @@ impl Meter {
         Self {
             inner: Arc::new(Inner {
                 reservation: Mutex::new(None),
+                primary: super::costs::requests_unit(),
                 actual: AtomicU64::new(0),
                 recorded: AtomicBool::new(false),
+                others: Mutex::default(),
+                refund_unrecorded: AtomicBool::new(false),
             }),
         }
     }
@@ -104,23 +123,88 @@ impl Meter {
             .load(Ordering::Acquire)
             .then(|| self.inner.actual.load(Ordering::Relaxed))
     }
+
+    /// The unit [`Meter::record`] and [`Meter::add`] count in (the
+    /// reservation's primary unit; `requests` with nothing reserved).
+    pub fn primary_unit(&self) -> &str {
+        &self.inner.primary
+    }
+
+    /// Sets the request's actual usage in `unit` to `units`.
+    pub fn record_unit(&self, unit: &str, units: u64) {
+        if unit == &*self.inner.primary {
+            self.record(units);
+        } else {
+            self.inner.others.lock().set(unit.to_owned(), units);
+        }
+    }
+
+    /// Adds `units` to the request's actual usage in `unit` (saturating).
+    pub fn add_unit(&self, unit: &str, units: u64) {
+        if unit == &*self.inner.primary {
+            self.add(units);
+        } else {
+            self.inner.others.lock().add(unit.to_owned(), units);
+        }
+    }
+
+    /// Records every unit `used` names ([`Meter::record_unit`]).
+    pub fn record_costs(&self, used: &Costs) {
+        for (unit, n) in used.iter() {
+            self.record_unit(unit, n);
+        }
+    }
+
+    /// Whether any usage was recorded, in any unit.
+    pub fn is_recorded(&self) -> bool {
+        self.inner.recorded.load(Ordering::Acquire) || !self.inner.others.lock().is_empty()
+    }
+
+    /// Gives the whole reservation back, in every unit, when the last clone
+    /// drops with nothing recorded (a request refused downstream used
+    /// nothing); what is recorded by then is settled as usual. The layer
+    /// calls it for a response of status 400 or more on a route with
+    /// [`refund_on_error`](crate::RouteRule::refund_on_error).
+    pub fn refund_unless_recorded(&self) {
+        self.inner.refund_unrecorded.store(true, Ordering::Release);
+    }
+
+    /// The usage recorded so far in every unit (empty if nothing was).
+    pub fn actual_costs(&self) -> Costs {
+        let mut used = self.inner.others.lock().clone();
+        if let Some(n) = self.actual() {
+            used.set(self.inner.primary.to_string(), n);
+        }
+        used
+    }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if !*self.recorded.get_mut() {
+        let mut used = std::mem::take(self.others.get_mut());
+        if *self.recorded.get_mut() {
+            used.set(self.primary.to_string(), *self.actual.get_mut());
+        }
+        let cancel = used.is_empty() && *self.refund_unrecorded.get_mut();
+        if used.is_empty() && !cancel {
             return;
         }
         let Some(reservation) = self.reservation.get_mut().take() else {
             return;
         };
-        let actual = *self.actual.get_mut();
+        if cancel {
+            used = reservation
+                .reserved_costs()
+                .iter()
+                .map(|(u, _)| (u.to_owned(), 0))
+                .collect();
+        }
         // Settling waits on the store: it goes on in the background, never
         // holding up the response (or a drop on a thread without a
         // runtime, where it cannot run and counts as failed).
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                rt.spawn(reservation.settle(actual));
+                rt.spawn(async move { reservation.settle_costs(&used).await });
             }
             Err(_) => {
                 crate::telemetry::cost::settled(&reservation.tier, &reservation.route, "failed", 0);

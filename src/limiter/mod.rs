@@ -20,6 +20,7 @@
 mod ask;
 mod assemble;
 mod compiled;
+mod costs;
 mod decide;
 mod decision;
 mod fallback;
@@ -43,13 +44,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use crate::policy::PolicyVersion;
+pub use costs::Costs;
 pub use decision::{Decision, DecisionPath, LimitReport, Source};
 pub use follow::Follow;
 pub use groups::{
     Group, GroupReport, Groups, GroupsDecision, GroupsFailure, GroupsUnavailable, group_decision,
 };
 pub use live::RouteMatch;
-pub use meter::{Meter, Usage};
+pub use meter::{Meter, UnitUsage, Usage};
 pub use reload::{PolicyStatus, ReloadAttempt, ReloadError, ReloadOutcome};
 pub use reserve::Reservation;
 pub use settle::Settled;

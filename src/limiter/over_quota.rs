@@ -24,7 +24,7 @@ impl Prepared<'_> {
             && self
                 .items
                 .iter()
-                .any(|i| !i.shadow && self.cost > i.algorithm.max_cost())
+                .any(|i| !i.shadow && i.cost.unwrap_or(self.cost) > i.algorithm.max_cost())
     }
 }
 
@@ -65,7 +65,7 @@ impl Limiter {
 /// `peeked` turned into the refusal of a request costing `cost`.
 fn refused(mut peeked: Decision, items: &[Item], cost: u64) -> Decision {
     for (report, item) in peeked.limits.iter_mut().zip(items) {
-        if cost > item.algorithm.max_cost() {
+        if item.cost.unwrap_or(cost) > item.algorithm.max_cost() {
             report.allowed = false;
             report.exceeds_quota = true;
             report.retry_after = Duration::ZERO;

@@ -31,25 +31,33 @@ use std::time::Duration;
 
 use super::decide::Prepared;
 use super::live::{Live, RouteMatch};
-use super::{Decision, Limiter, PolicySnapshot};
+use super::{Costs, Decision, Limiter, PolicySnapshot};
 use crate::clock::Micros;
 use crate::identity::Identity;
+use crate::policy::REQUESTS;
 use crate::store::Item;
 
 /// What an admitted request's decision charged, kept to settle the request
-/// once its real usage is known: [`Reservation::settle`] charges what it
-/// used beyond [`Reservation::reserved`] or gives back what it did not
-/// use, against the same limits, in one atomic store call per shard.
-/// Dropping it unsettled keeps the reserved units charged. Not `Clone`:
-/// a request is settled once.
+/// once its real usage is known: [`Reservation::settle_costs`] charges, per
+/// unit, what it used beyond what was reserved or gives back what it did
+/// not use, against the same limits, in one atomic store call per unit and
+/// shard. Dropping it unsettled keeps the reserved units charged. Not
+/// `Clone`: a request is settled once.
+///
+/// A reservation has a *primary unit*, the one [`Reservation::settle`],
+/// [`Meter::record`](crate::Meter::record) and [`Usage`](crate::Usage)
+/// mean: the first unit other than `requests` among the limits it charged
+/// (in tier then route order), else `requests`. A policy whose limits all
+/// count requests settles requests, as before units existed.
 #[derive(Debug)]
 pub struct Reservation {
     pub(super) limiter: Limiter,
-    /// The limits the decision charged (shadow limits that blocked were not).
-    pub(super) items: Arc<[Item]>,
+    /// Per unit: its name, the units reserved, and the limits of that unit
+    /// the decision charged or checked (shadow limits that blocked and
+    /// in-flight limits are left out).
+    pub(super) units: Vec<UnitReservation>,
     /// When the decision was made, on the store's clock.
     pub(super) charged_at: Micros,
-    pub(super) reserved: u64,
     pub(super) tier: Arc<str>,
     /// The route rule's pattern, or `*`.
     pub(super) route: Arc<str>,
@@ -60,10 +68,33 @@ pub struct Reservation {
     pub(super) policy: String,
 }
 
+/// One unit's part of a [`Reservation`].
+#[derive(Debug)]
+pub(super) struct UnitReservation {
+    pub(super) unit: Arc<str>,
+    pub(super) reserved: u64,
+    pub(super) items: Vec<Item>,
+}
+
 impl Reservation {
-    /// Units the decision charged each limit.
+    /// Units of the primary unit the decision charged each of its limits
+    /// (0 when it charged none of them: a check that something was left).
     pub fn reserved(&self) -> u64 {
-        self.reserved
+        self.units.first().map_or(0, |u| u.reserved)
+    }
+
+    /// The unit [`Reservation::reserved`] and [`Reservation::settle`] mean.
+    pub fn primary_unit(&self) -> &str {
+        self.units.first().map_or(REQUESTS, |u| &u.unit)
+    }
+
+    /// What the decision reserved in each unit of the limits it charged.
+    pub fn reserved_costs(&self) -> Costs {
+        let mut costs = Costs::new();
+        for u in &self.units {
+            costs.set(u.unit.to_string(), u.reserved);
+        }
+        costs
     }
 }
 
@@ -71,8 +102,8 @@ impl Limiter {
     /// Decides one request of `identity` like [`Limiter::check`], at
     /// `cost` units instead of the route rule's cost, and records it.
     ///
-    /// A cost of 0 only looks: it is decided and reported like any other,
-    /// and charges nothing. A cost above what an enforced limit can ever
+    /// A cost of 0 only checks: it charges nothing, and is refused once a
+    /// limit has nothing left (less than one unit). A cost above what an enforced limit can ever
     /// admit (more than its quota, capacity or burst) is refused at once,
     /// charging nothing: that limit's report has
     /// [`exceeds_quota`](super::LimitReport::exceeds_quota) set and the
@@ -107,6 +138,42 @@ impl Limiter {
             .await
     }
 
+    /// Decides one request of `identity` at `costs`, one cost per unit
+    /// (see [`Costs`]), like [`Limiter::check_costs`], keeping what an
+    /// admitted request was reserved in each unit: settle it with
+    /// [`Reservation::settle_costs`] once its real usage is known. `None`
+    /// when nothing was charged: the request was refused, or the failure
+    /// policy answered.
+    pub async fn reserve_costs(
+        &self,
+        identity: &Identity,
+        tier: &str,
+        route: Option<RouteMatch>,
+        costs: &Costs,
+    ) -> (Decision, Option<Reservation>) {
+        self.snapshot()
+            .reserve_costs(identity, tier, route.as_ref(), Some(costs))
+            .await
+    }
+
+    /// Decides one request of `identity` like [`Limiter::check`], charging
+    /// every limit the request's cost in that limit's unit ([`Costs`]), in
+    /// one atomic store call, all or nothing: a request refused by its
+    /// `tokens` limit charges no `requests` limit either. A limit of a unit
+    /// `costs` names at 0 or not at all is checked without charge and
+    /// refuses once nothing of it is left. Recorded like any decision.
+    pub async fn check_costs(
+        &self,
+        identity: &Identity,
+        tier: &str,
+        route: Option<RouteMatch>,
+        costs: &Costs,
+    ) -> Decision {
+        self.snapshot()
+            .check_with_costs(identity, tier, route.as_ref(), costs)
+            .await
+    }
+
     /// Decides and keeps the reservation; `cost` `None` is the route
     /// rule's.
     pub(super) async fn run_reserve(
@@ -115,7 +182,7 @@ impl Limiter {
         identity: &Identity,
         tier: &str,
         route: Option<usize>,
-        cost: Option<u64>,
+        cost: Option<&Costs>,
     ) -> (Decision, Option<Reservation>) {
         let Some(p) = self.prepare(live, identity, tier, route, false, cost) else {
             return (self.unlimited(), None);
@@ -155,20 +222,31 @@ impl Limiter {
         if !decision.allowed || decision.is_fallback() {
             return None;
         }
-        let items: Arc<[Item]> = p
-            .items
-            .iter()
-            .zip(&decision.limits)
+        let mut units: Vec<UnitReservation> = Vec::new();
+        for ((i, l), limit) in p.items.iter().zip(&decision.limits).zip(&p.limits) {
             // An in-flight slot is held and released, not spent: a
             // settle has nothing to charge or give back there.
-            .filter(|(i, l)| l.allowed && !i.algorithm.is_concurrency())
-            .map(|(i, _)| i.clone())
-            .collect();
+            if !l.allowed || i.algorithm.is_concurrency() {
+                continue;
+            }
+            let reserved = i.cost.unwrap_or(p.cost);
+            match units.iter_mut().find(|u| u.unit == limit.unit) {
+                Some(u) => u.items.push(i.clone()),
+                None => units.push(UnitReservation {
+                    unit: limit.unit.clone(),
+                    reserved,
+                    items: vec![i.clone()],
+                }),
+            }
+        }
+        // The primary unit first: the first one that is not requests.
+        if let Some(k) = units.iter().position(|u| u.unit.as_ref() != REQUESTS) {
+            units[..=k].rotate_right(1);
+        }
         Some(Reservation {
             limiter: self.clone(),
-            items,
+            units,
             charged_at: decision.decided_at,
-            reserved: p.cost,
             tier: decision.tier.clone(),
             route: route_label(live, p.route),
             budget: live.policy.store.timeout,
@@ -192,11 +270,26 @@ impl PolicySnapshot {
         route: Option<&RouteMatch>,
         cost: Option<u64>,
     ) -> (Decision, Option<Reservation>) {
+        let costs = cost.map(Costs::requests);
+        self.reserve_costs(identity, tier, route, costs.as_ref())
+            .await
+    }
+
+    /// [`Limiter::reserve_costs`] under this snapshot's policy; `costs`
+    /// `None` is the route rule's cost in requests, every other unit
+    /// checked without charge.
+    pub async fn reserve_costs(
+        &self,
+        identity: &Identity,
+        tier: &str,
+        route: Option<&RouteMatch>,
+        costs: Option<&Costs>,
+    ) -> (Decision, Option<Reservation>) {
         let live = route.map_or(self.live(), |r| &r.live);
         let keyed = identity.with_key(&live.key);
         let (mut d, r) = self
             .limiter()
-            .run_reserve(live, &keyed, tier, route.map(|r| r.index), cost)
+            .run_reserve(live, &keyed, tier, route.map(|r| r.index), costs)
             .await;
         d.route = route.map(|r| r.live.compiled.routes[r.index].label.clone());
         (d, r)

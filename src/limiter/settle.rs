@@ -9,8 +9,10 @@
 
 use std::time::Duration;
 
-use super::Limiter;
-use super::reserve::Reservation;
+use std::sync::Arc;
+
+use super::reserve::{Reservation, UnitReservation};
+use super::{Costs, Limiter};
 use crate::algorithm::Adjust;
 use crate::store::{Settle, StoreError};
 
@@ -40,24 +42,64 @@ pub enum Settled {
 }
 
 impl Reservation {
-    /// Settles the request at `actual` units: the difference from
-    /// [`Reservation::reserved`] is charged (forced, as debt later
-    /// requests pay back) or given back (never more than was charged, only
-    /// within the window charged), against the limits the decision
-    /// charged, in one atomic store call per shard (per slot on a
-    /// cluster). Never waits past the decision budget; never panics.
+    /// Settles the request at `actual` units of its primary unit
+    /// ([`Reservation::primary_unit`]: requests unless its limits count
+    /// another unit): the difference from [`Reservation::reserved`] is
+    /// charged (forced, as debt later requests pay back) or given back
+    /// (never more than was charged, only within the window charged),
+    /// against the limits of that unit the decision charged, in one atomic
+    /// store call per shard (per slot on a cluster). Other units keep what
+    /// was reserved. Never waits past the decision budget; never panics.
     pub async fn settle(self, actual: u64) -> Settled {
-        let Some(adjust) = Adjust::between(self.reserved, actual) else {
+        let Some(primary) = self.units.first() else {
             return Settled::Exact;
         };
-        if self.items.is_empty() {
+        let used = Costs::new().with(primary.unit.to_string(), actual);
+        self.settle_costs(&used)
+            .await
+            .into_iter()
+            .next()
+            .map_or(Settled::Exact, |(_, s)| s)
+    }
+
+    /// Settles every unit `used` names at what it says the request used
+    /// (as [`Reservation::settle`] does for one unit), one store call per
+    /// unit that differs from its reservation; a unit `used` does not name
+    /// keeps what was reserved. Answers how each unit the reservation
+    /// holds and `used` names ended, in the reservation's order.
+    pub async fn settle_costs(self, used: &Costs) -> Vec<(Arc<str>, Settled)> {
+        let mut out = Vec::new();
+        for u in &self.units {
+            if let Some(actual) = used.get(&u.unit) {
+                let settled = self.settle_unit(u, actual).await;
+                out.push((u.unit.clone(), settled));
+            }
+        }
+        out
+    }
+
+    /// Gives back everything the decision reserved, in every unit.
+    pub async fn cancel(self) -> Vec<(Arc<str>, Settled)> {
+        let none: Costs = self.units.iter().map(|u| (u.unit.to_string(), 0)).collect();
+        self.settle_costs(&none).await
+    }
+
+    async fn settle_unit(&self, u: &UnitReservation, actual: u64) -> Settled {
+        let Some(adjust) = Adjust::between(u.reserved, actual) else {
+            return Settled::Exact;
+        };
+        if u.items.is_empty() {
             return Settled::Exact;
         }
         if self.limiter.inner.live.load().version.hash != self.policy {
             crate::telemetry::cost::settled(&self.tier, &self.route, "stale", 0);
             return Settled::Stale;
         }
-        let settle = Settle::new(&self.items, self.charged_at, adjust);
+        // A check that something was left charged nothing: nothing to give.
+        if matches!(adjust, Adjust::Refund(_)) && u.reserved == 0 {
+            return Settled::Exact;
+        }
+        let settle = Settle::new(&u.items, self.charged_at, adjust);
         let result = self.limiter.settle_store(&settle, self.budget).await;
         let (outcome, settled) = match (result, adjust) {
             (Ok(()), Adjust::Charge(n)) => ("charged", Settled::Charged(n)),

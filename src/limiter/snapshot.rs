@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::live::{Live, RouteMatch};
-use super::{Decision, Limiter};
+use super::{Costs, Decision, Limiter};
 use crate::identity::{Identity, KeyExtractor};
 use crate::policy::Policy;
 use crate::policy::PolicyVersion;
@@ -86,6 +86,26 @@ impl PolicySnapshot {
             })
     }
 
+    /// The first route rule of the pinned policy matching a request,
+    /// conditions on its `headers` and JSON `body` included
+    /// ([`RouteRule::when`](crate::RouteRule::when)); [`PolicySnapshot::route_for`]
+    /// never matches a rule with conditions.
+    pub fn route_for_request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &http::HeaderMap,
+        body: Option<&serde_json::Value>,
+    ) -> Option<RouteMatch> {
+        self.live
+            .compiled
+            .route_index_for(method, path, headers, body)
+            .map(|index| RouteMatch {
+                index,
+                live: self.live.clone(),
+            })
+    }
+
     /// Whether the matched route is exempt from limiting.
     pub fn is_exempt(&self, route: Option<&RouteMatch>) -> bool {
         route.is_some_and(RouteMatch::is_exempt)
@@ -143,12 +163,25 @@ impl PolicySnapshot {
         route: Option<&RouteMatch>,
         cost: u64,
     ) -> Decision {
+        self.check_with_costs(identity, tier, route, &Costs::requests(cost))
+            .await
+    }
+
+    /// [`PolicySnapshot::check`] charging each limit the request's cost in
+    /// its unit ([`Limiter::check_costs`]).
+    pub async fn check_with_costs(
+        &self,
+        identity: &Identity,
+        tier: &str,
+        route: Option<&RouteMatch>,
+        costs: &Costs,
+    ) -> Decision {
         let live = route.map_or(&self.live, |r| &r.live);
         let index = route.map(|r| r.index);
         // The same counters as the layer's: the deployment's keyed hash.
         let keyed = identity.with_key(&live.key);
         let identity = &*keyed;
-        let cost = Some(cost);
+        let cost = Some(costs);
         if let Some(d) = self
             .limiter
             .run_now_cost(live, identity, tier, index, false, cost)

@@ -283,6 +283,12 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
             ));
         }
         check_limits(&tier.limits, &format!("{at}.limits"), 1)?;
+        if let Some(li) = tier.limits.iter().position(|l| l.tier.is_some()) {
+            return Err((
+                format!("{at}.limits[{li}].tier"),
+                "is for a route rule's limits (a tier's own limits are that tier's already)".into(),
+            ));
+        }
     }
     for required in [&p.identity.default_tier, &p.identity.anonymous_tier] {
         if !p.tiers.is_empty() && !names.contains(required.as_str()) {
@@ -332,10 +338,43 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
         if route.cost == 0 {
             return Err((format!("{at}.cost"), "must be at least 1".into()));
         }
+        for (ei, e) in route.estimates.iter().enumerate() {
+            if let Some((field, message)) = e.check() {
+                return Err((format!("{at}.costs[{ei}].{field}"), message));
+            }
+            if route.estimates[..ei].iter().any(|o| o.unit == e.unit) {
+                return Err((
+                    format!("{at}.costs[{ei}].unit"),
+                    format!(
+                        "estimates \"{}\" a second time; give each unit one source",
+                        e.unit
+                    ),
+                ));
+            }
+        }
         check_limits(&route.limits, &format!("{at}.limits"), route.cost)?;
+        for (li, l) in route.limits.iter().enumerate() {
+            if let Some(t) = l.tier.as_deref().filter(|t| !names.contains(t)) {
+                return Err((
+                    format!("{at}.limits[{li}].tier"),
+                    format!(
+                        "names tier \"{t}\", which is not defined; defined tiers: {}",
+                        p.tiers
+                            .iter()
+                            .map(|t| t.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+        }
         for (ti, tier) in p.tiers.iter().enumerate() {
             for (li, limit) in tier.limits.iter().enumerate() {
-                if route.cost > limit.algorithm.max_cost() && !route.exempt && !limit.shadow {
+                if route.cost > limit.algorithm.max_cost()
+                    && limit.counts_requests()
+                    && !route.exempt
+                    && !limit.shadow
+                {
                     return Err((
                         format!("{at}.cost"),
                         format!(
@@ -428,7 +467,7 @@ pub(crate) fn check_limits(limits: &[Limit], at: &str, cost: u64) -> Result<(), 
                 "must be non-empty letters, digits, '_' or '-'".into(),
             ));
         }
-        if !names.insert(limit.name.as_str()) {
+        if !names.insert((limit.name.as_str(), limit.tier.as_deref())) {
             return Err((
                 format!("{at}.name"),
                 format!(
@@ -456,7 +495,23 @@ pub(crate) fn check_limits(limits: &[Limit], at: &str, cost: u64) -> Result<(), 
                 ),
             ));
         }
-        if cost > limit.algorithm.max_cost() && !limit.shadow {
+        if let Some(message) = super::check_unit(&limit.unit) {
+            return Err((format!("{at}.unit"), message));
+        }
+        if limit.algorithm.is_concurrency() && !limit.counts_requests() {
+            return Err((
+                format!("{at}.unit"),
+                format!(
+                    "is \"{}\", but an in-flight (concurrency) limit counts requests in \
+                     flight, one slot each whatever their costs; remove `unit` (or write \
+                     \"requests\")",
+                    limit.unit
+                ),
+            ));
+        }
+        // The route's cost is in requests: a limit of another unit is
+        // charged the request's cost in its own unit, known per request.
+        if limit.counts_requests() && cost > limit.algorithm.max_cost() && !limit.shadow {
             return Err((
                 format!("{at}.{}", shares::quota_field(&limit.algorithm)),
                 format!(

@@ -64,6 +64,40 @@ pub struct Limit {
     /// otherwise whatever the request's other limits ask for (`exact` if
     /// none asks).
     pub mode: Option<crate::policy::LeaseMode>,
+    /// What the limit counts: [`REQUESTS`] (the default: each request
+    /// charges the route rule's cost) or another unit such as `tokens`,
+    /// charged with the request's cost in that unit (see
+    /// [`Costs`](crate::Costs)). An in-flight limit counts requests (one
+    /// slot each) and takes no other unit.
+    pub unit: String,
+    /// On a route rule: the only tier the limit applies to (`None`: every
+    /// tier), so a route can give each plan its own limit (one stream at
+    /// once on free, five on pro). Not allowed on a tier's own limits.
+    pub tier: Option<String>,
+}
+
+/// The unit every limit counts unless it names another: requests, each
+/// charged the route rule's cost (1 without a rule).
+pub const REQUESTS: &str = "requests";
+
+/// The longest unit name.
+pub const MAX_UNIT_LEN: usize = 32;
+
+/// Why `unit` is not a valid unit name, if it is not: 1 to
+/// [`MAX_UNIT_LEN`] characters of `a-z`, `0-9` and `_` (it becomes a
+/// response header name and a metric label).
+pub fn check_unit(unit: &str) -> Option<String> {
+    let ok = !unit.is_empty()
+        && unit.len() <= MAX_UNIT_LEN
+        && unit
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    (!ok).then(|| {
+        format!(
+            "must be 1 to {MAX_UNIT_LEN} characters of a-z, 0-9 and '_' (it names response \
+             headers and a metric label), such as \"requests\" or \"tokens\"; got {unit:?}"
+        )
+    })
 }
 
 impl Limit {
@@ -75,7 +109,40 @@ impl Limit {
             shadow: false,
             scope: Scope::Identity,
             mode: None,
+            unit: REQUESTS.to_owned(),
+            tier: None,
         }
+    }
+
+    /// On a route rule: applies to callers of tier `tier` only.
+    pub fn for_tier(mut self, tier: impl Into<String>) -> Self {
+        self.tier = Some(tier.into());
+        self
+    }
+
+    /// Whether the limit applies to callers of tier `tier`.
+    pub fn applies_to(&self, tier: &str) -> bool {
+        self.tier.as_deref().is_none_or(|t| t == tier)
+    }
+
+    /// Counts `unit` instead of requests: a request is charged its cost in
+    /// that unit ([`Costs`](crate::Costs)), and checked without charge (it
+    /// passes only while at least one unit is left) when it names none.
+    ///
+    /// ```
+    /// use ratewatch::Limit;
+    /// let tpm = Limit::per_minute("tpm", 100_000).unit("tokens");
+    /// assert_eq!(tpm.unit, "tokens");
+    /// assert!(Limit::per_minute("rpm", 60).counts_requests());
+    /// ```
+    pub fn unit(mut self, unit: impl Into<String>) -> Self {
+        self.unit = unit.into();
+        self
+    }
+
+    /// Whether the limit counts requests (its unit is [`REQUESTS`]).
+    pub fn counts_requests(&self) -> bool {
+        self.unit == REQUESTS
     }
 
     /// A token bucket of `capacity` refilled at `refill_per_second`.

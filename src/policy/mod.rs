@@ -32,8 +32,10 @@ pub use config::{ConfigError, MAX_POLICY_FILE_BYTES, parse_duration};
 pub(crate) use config::{Fingerprint, PolicyFile, read_policy_file};
 pub use env::{CONFIG_VAR, HASH_SECRET_VAR, REDIS_URL_VAR};
 pub use lease::{LeaseMode, LeaseSettings};
-pub use limit::{Limit, Scope};
-pub use route::{RouteRule, path_matches};
+pub use limit::{Limit, MAX_UNIT_LEN, REQUESTS, Scope, check_unit};
+pub use route::{
+    Condition, CostEstimate, DEFAULT_MAX_BODY_BYTES, EstimateSource, RouteRule, path_matches,
+};
 pub use settings::{
     AnonymousMode, BreakerSettings, DEFAULT_IPV6_PREFIX, DEFAULT_MAX_ENTRIES, DEFAULT_REDIS_URL,
     DashboardSettings, FailurePolicy, HashSecret, IdentitySettings, IpNet, KeyDisplay,
@@ -108,7 +110,9 @@ impl Policy {
 
     /// The first route rule matching a request.
     pub fn route_for(&self, method: &str, path: &str) -> Option<&RouteRule> {
-        self.routes.iter().find(|r| r.matches(method, path))
+        self.routes
+            .iter()
+            .find(|r| r.when.is_empty() && r.matches(method, path))
     }
 
     /// The tier for an API key or token: the first tier whose prefix it

@@ -36,6 +36,183 @@ pub struct RouteRule {
     /// How this route's requests are decided, for all their limits; `None`
     /// lets the limits say (see [`crate::policy::LeaseMode::of_request`]).
     pub mode: Option<crate::policy::LeaseMode>,
+    /// A metered request ([`RateLimitLayer::with_costs`](crate::RateLimitLayer::with_costs))
+    /// answered with a status of 400 or more and no usage recorded gets
+    /// everything its decision reserved back, in every unit (true by
+    /// default): a request the handler refused used nothing. False keeps
+    /// the reservation charged.
+    pub refund_on_error: bool,
+    /// Where the layer finds a request's cost in units other than requests
+    /// (`costs = [{ unit = "tokens", header = "x-max-tokens" }]`): a route
+    /// with estimates is metered like a layer with
+    /// [`with_costs`](crate::RateLimitLayer::with_costs).
+    pub estimates: Vec<CostEstimate>,
+    /// The largest request body read for a JSON estimate
+    /// ([`DEFAULT_MAX_BODY_BYTES`] unless set): a longer one is refused
+    /// with 413, never read further.
+    pub max_body_bytes: u64,
+    /// Conditions on the request's headers or JSON body, all of which must
+    /// hold for the rule to match (`when = [{ json = "stream", equals =
+    /// true }]`). A rule with conditions matches only where the request is
+    /// known: in the layer ([`RouteRule::matches_request`]), never by
+    /// method and path alone.
+    pub when: Vec<Condition>,
+}
+
+/// A condition of a route rule on the request.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Condition {
+    /// Header `name` has the value `equals` (compared without case).
+    Header {
+        /// The header's name, lower case.
+        name: String,
+        /// The value it must have.
+        equals: String,
+    },
+    /// Field `field` of the JSON body (dots go into objects) is `equals`
+    /// (read by [`BodyCostsLayer`](crate::layer::BodyCostsLayer)).
+    Json {
+        /// The field.
+        field: String,
+        /// The value it must have: a string, a boolean or a number.
+        equals: serde_json::Value,
+    },
+}
+
+impl Condition {
+    /// Whether the condition holds for a request with `headers` and, if
+    /// it was read, JSON `body`.
+    pub fn holds(&self, headers: &http::HeaderMap, body: Option<&serde_json::Value>) -> bool {
+        match self {
+            Condition::Header { name, equals } => headers
+                .get(name.as_str())
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case(equals)),
+            Condition::Json { field, equals } => body
+                .and_then(|b| field.split('.').try_fold(b, |v, key| v.get(key)))
+                .is_some_and(|v| v == equals),
+        }
+    }
+
+    /// Whether it needs the JSON body.
+    pub fn reads_body(&self) -> bool {
+        matches!(self, Condition::Json { .. })
+    }
+}
+
+/// One unit's cost estimate of a route rule, read from each request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CostEstimate {
+    /// The unit estimated (never `requests`: the route's `cost` is that,
+    /// and a client must not choose it).
+    pub unit: String,
+    /// Where the estimate is read.
+    pub source: EstimateSource,
+}
+
+/// Where a [`CostEstimate`] is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EstimateSource {
+    /// A request header holding a whole number (`x-max-tokens: 512`).
+    Header(String),
+    /// The request's `Content-Length` (bytes).
+    ContentLength,
+    /// A whole number in the request's JSON body: a top-level field
+    /// (`max_tokens`) or a dotted path into objects (`options.max_tokens`).
+    /// Read by [`BodyCostsLayer`](crate::layer::BodyCostsLayer), within the
+    /// route's [`max_body_bytes`](RouteRule::max_body_bytes).
+    JsonField(String),
+}
+
+/// The default [`RouteRule::max_body_bytes`]: 1 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 1 << 20;
+
+impl CostEstimate {
+    /// `unit` estimated from request header `name`.
+    pub fn header(unit: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            unit: unit.into(),
+            source: EstimateSource::Header(name.into().to_ascii_lowercase()),
+        }
+    }
+
+    /// `unit` estimated from field `path` of the request's JSON body
+    /// (dots go into objects).
+    pub fn json(unit: impl Into<String>, path: impl Into<String>) -> Self {
+        Self {
+            unit: unit.into(),
+            source: EstimateSource::JsonField(path.into()),
+        }
+    }
+
+    /// The estimate in a JSON body already parsed: `None` when the field
+    /// is missing or not a whole number.
+    pub fn read_json(&self, body: &serde_json::Value) -> Option<u64> {
+        let EstimateSource::JsonField(path) = &self.source else {
+            return None;
+        };
+        path.split('.')
+            .try_fold(body, |v, key| v.get(key))?
+            .as_u64()
+    }
+
+    /// `unit` estimated from the request's `Content-Length`.
+    pub fn content_length(unit: impl Into<String>) -> Self {
+        Self {
+            unit: unit.into(),
+            source: EstimateSource::ContentLength,
+        }
+    }
+
+    /// The estimate in `headers`: `None` when the header is missing or not
+    /// a whole number (the unit is then checked without charge, never
+    /// refused for a bad header).
+    pub fn read(&self, headers: &http::HeaderMap) -> Option<u64> {
+        let value = match &self.source {
+            EstimateSource::Header(name) => headers.get(name.as_str())?,
+            EstimateSource::ContentLength => headers.get(http::header::CONTENT_LENGTH)?,
+            EstimateSource::JsonField(_) => return None,
+        };
+        value.to_str().ok()?.trim().parse().ok()
+    }
+
+    /// Why the estimate is invalid, as `(field, message)`, if it is.
+    pub fn check(&self) -> Option<(&'static str, String)> {
+        if let Some(m) = super::check_unit(&self.unit) {
+            return Some(("unit", m));
+        }
+        if self.unit == super::REQUESTS {
+            return Some((
+                "unit",
+                "must not be \"requests\": a route's requests cost is its `cost`, which a \
+                 client must not choose"
+                    .into(),
+            ));
+        }
+        if let EstimateSource::JsonField(path) = &self.source {
+            if path.is_empty() || path.split('.').any(str::is_empty) || path.len() > 128 {
+                return Some((
+                    "json",
+                    format!(
+                        "must name a field such as \"max_tokens\" or \"options.max_tokens\", got {path:?}"
+                    ),
+                ));
+            }
+        }
+        if let EstimateSource::Header(name) = &self.source {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Some((
+                    "header",
+                    format!(
+                        "must be a valid HTTP header name such as \"x-max-tokens\", got {name:?}"
+                    ),
+                ));
+            }
+        }
+        None
+    }
 }
 
 impl RouteRule {
@@ -50,7 +227,73 @@ impl RouteRule {
             on_store_failure: None,
             exempt: false,
             mode: None,
+            refund_on_error: true,
+            estimates: Vec::new(),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            when: Vec::new(),
         }
+    }
+
+    /// Matches only requests for which `condition` holds too.
+    pub fn when(mut self, condition: Condition) -> Self {
+        self.when.push(condition);
+        self
+    }
+
+    /// Whether the rule matches a request of `method` and `path` with
+    /// `headers` and (if it was read) JSON `body`, conditions included.
+    pub fn matches_request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &http::HeaderMap,
+        body: Option<&serde_json::Value>,
+    ) -> bool {
+        self.matches(method, path) && self.when.iter().all(|c| c.holds(headers, body))
+    }
+
+    /// Whether an estimate or a condition reads the request's JSON body.
+    pub fn reads_body(&self) -> bool {
+        self.estimates
+            .iter()
+            .any(|e| matches!(e.source, EstimateSource::JsonField(_)))
+            || self.when.iter().any(Condition::reads_body)
+    }
+
+    /// Reads each request's cost in `estimate`'s unit where it says.
+    pub fn with_estimate(mut self, estimate: CostEstimate) -> Self {
+        self.estimates.push(estimate);
+        self
+    }
+
+    /// The request's costs from this rule's estimates (its headers and,
+    /// if it was read, its JSON body), `None` without any.
+    pub fn estimate(
+        &self,
+        headers: &http::HeaderMap,
+        body: Option<&serde_json::Value>,
+    ) -> Option<crate::Costs> {
+        if self.estimates.is_empty() {
+            return None;
+        }
+        let mut costs = crate::Costs::new();
+        for e in &self.estimates {
+            let n = match (&e.source, body) {
+                (EstimateSource::JsonField(_), Some(b)) => e.read_json(b),
+                _ => e.read(headers),
+            };
+            if let Some(n) = n {
+                costs.set(e.unit.clone(), n);
+            }
+        }
+        Some(costs)
+    }
+
+    /// Whether a metered request answered with an error and no recorded
+    /// usage gets its reservation back ([`RouteRule::refund_on_error`]).
+    pub fn with_refund_on_error(mut self, refund: bool) -> Self {
+        self.refund_on_error = refund;
+        self
     }
 
     /// Sets the cost per request.
@@ -138,6 +381,10 @@ impl RouteRule {
     /// Whether every request this rule matches is matched by `earlier`
     /// too, so that, coming after it, this rule could never match.
     pub fn is_shadowed_by(&self, earlier: &RouteRule) -> bool {
+        // A rule with conditions lets the requests it does not take by.
+        if !earlier.when.is_empty() {
+            return false;
+        }
         let method_covered = match (&earlier.method, &self.method) {
             (None, _) => true,
             (Some(_), None) => false,

@@ -132,16 +132,27 @@ pub(crate) fn check(p: &Policy) -> Result<(), (String, String)> {
             )
         });
         let route_limits = p.routes.iter().enumerate().flat_map(|(ri, r)| {
-            r.limits.iter().enumerate().map(move |(li, l)| {
-                (
-                    l,
-                    format!("routes[{ri}].limits[{li}]"),
-                    route_cost(p, ri, false),
-                    route_cost(p, ri, true),
-                )
-            })
+            r.limits
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.applies_to(&tier.name))
+                .map(move |(li, l)| {
+                    (
+                        l,
+                        format!("routes[{ri}].limits[{li}]"),
+                        route_cost(p, ri, false),
+                        route_cost(p, ri, true),
+                    )
+                })
         });
         for (limit, at, cost, local_cost) in tier_limits.chain(route_limits) {
+            // Route costs are in requests; a limit of another unit is
+            // asked for the request's cost in its unit, known per request.
+            let (cost, local_cost) = if limit.counts_requests() {
+                (cost, local_cost)
+            } else {
+                (None, None)
+            };
             let quota = limit.algorithm.quota();
             let field = format!("{at}.{}", quota_field(&limit.algorithm));
             let enforced = split_share(limit, split);

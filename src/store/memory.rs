@@ -335,21 +335,19 @@ impl MemoryStore {
             let g = guard(&guards, shard);
             // A key repeated in the batch decides on the state its latest
             // admitted copy left, so every copy is charged in order (a
-            // refused copy charges nothing and leaves the state as it was).
+            // refused copy, or a check, charges nothing and leaves the
+            // state as it was).
             let chained = (0..i)
                 .rev()
                 .find(|&j| located[j].1 == key && steps[j].state.is_some());
             let step = match chained {
                 Some(j) => {
                     let state = steps[j].state.clone();
-                    item.algorithm
-                        .decide_as(state.as_ref(), now, batch.cost_of(item), batch.holder)
+                    batch.step(item, state.as_ref(), now)
                 }
                 None => {
                     let state = guards[g].1.live(key, now);
-                    let step =
-                        item.algorithm
-                            .decide_as(state, now, batch.cost_of(item), batch.holder);
+                    let step = batch.step(item, state, now);
                     if item.algorithm.is_concurrency() && step.state.is_some() {
                         expired += concurrency::expired(state, now);
                     }
@@ -427,7 +425,7 @@ impl MemoryStore {
         } else {
             0
         };
-        let step = item.algorithm.decide_as(state, now, cost, batch.holder);
+        let step = batch.step(item, state, now);
         let mut verdicts = vec![step.verdict];
         let allowed = item.shadow || step.verdict.allowed;
         let mut evicted = 0;

@@ -73,6 +73,12 @@ pub struct Item {
     /// one request (the descriptors of a rate limit service request) are
     /// decided in one call at their own costs. Ignored when peeking.
     pub cost: Option<u64>,
+    /// Asked for 0 units, the limit still refuses once nothing is left: it
+    /// is decided as if asked for one unit and charged nothing. A request
+    /// that names no cost in a limit's unit ("check now, charge later") is
+    /// refused once that unit is used up. Ignored for a cost above 0, when
+    /// peeking, and by in-flight limits.
+    pub require_left: bool,
 }
 
 impl Item {
@@ -83,12 +89,21 @@ impl Item {
             algorithm,
             shadow: false,
             cost: None,
+            require_left: false,
         }
     }
 
     /// The same limit asked for `cost` units whatever the batch's cost.
     pub fn with_cost(mut self, cost: u64) -> Self {
         self.cost = Some(cost);
+        self
+    }
+
+    /// The same limit asked for 0 units, refusing once nothing is left
+    /// ([`Item::require_left`]).
+    pub fn checking_left(mut self) -> Self {
+        self.cost = Some(0);
+        self.require_left = true;
         self
     }
 }
@@ -160,6 +175,40 @@ impl<'a> Batch<'a> {
         } else {
             item.cost.unwrap_or(self.cost)
         }
+    }
+
+    /// Whether `item` is decided as a check that something is left (see
+    /// [`Item::require_left`]): asked for 0 units, not peeking, not an
+    /// in-flight limit.
+    pub fn checks_left(&self, item: &Item) -> bool {
+        item.require_left
+            && !self.peek
+            && self.cost_of(item) == 0
+            && !item.algorithm.is_concurrency()
+    }
+
+    /// `item`'s algorithm applied to `state` at `now` for this batch: at
+    /// its cost, or, for a check that something is left
+    /// ([`Batch::checks_left`]), at one unit with nothing to write and that
+    /// unit counted as remaining.
+    pub fn step(
+        &self,
+        item: &Item,
+        state: Option<&crate::algorithm::State>,
+        now: Micros,
+    ) -> crate::algorithm::Step {
+        if !self.checks_left(item) {
+            return item
+                .algorithm
+                .decide_as(state, now, self.cost_of(item), self.holder);
+        }
+        let mut step = item.algorithm.decide_as(state, now, 1, self.holder);
+        if step.verdict.allowed {
+            step.verdict.remaining += 1.0;
+            step.verdict.delay_us = 0;
+            step.state = None;
+        }
+        step
     }
 
     /// Whether some item of the batch names its own cost (and the batch

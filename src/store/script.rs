@@ -314,7 +314,12 @@ pub(crate) fn decide_cmd(scripts: &Scripts, batch: &Batch<'_>, items: &[&Item]) 
     }
     if per_item {
         for item in items {
-            cmd.arg(batch.cost_of(item));
+            // `c`: checked for one unit left, charged nothing.
+            if batch.checks_left(item) {
+                cmd.arg("c");
+            } else {
+                cmd.arg(batch.cost_of(item));
+            }
         }
     }
     cmd

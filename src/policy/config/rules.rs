@@ -3,7 +3,7 @@
 use super::reader::{Result, Table, unknown_key};
 use super::sections::FAILURE_POLICIES;
 use crate::algorithm::Algorithm;
-use crate::policy::{LeaseMode, Limit, RouteRule, Scope, Tier};
+use crate::policy::{Condition, CostEstimate, LeaseMode, Limit, RouteRule, Scope, Tier};
 
 /// Each algorithm's config name and the parameters it takes.
 const ALGORITHMS: [(&str, &[&str]); 7] = [
@@ -20,15 +20,25 @@ const ALGORITHMS: [(&str, &[&str]); 7] = [
 ];
 
 /// Keys every limit may have, whatever its algorithm.
-const COMMON: [&str; 5] = ["name", "algorithm", "shadow", "scope", "mode"];
-
-/// Every key some limit may have.
-const ANY_LIMIT_KEY: [&str; 13] = [
+const COMMON: [&str; 7] = [
     "name",
     "algorithm",
     "shadow",
     "scope",
     "mode",
+    "unit",
+    "tier",
+];
+
+/// Every key some limit may have.
+const ANY_LIMIT_KEY: [&str; 15] = [
+    "name",
+    "algorithm",
+    "shadow",
+    "scope",
+    "mode",
+    "unit",
+    "tier",
     "capacity",
     "refill_per_second",
     "limit",
@@ -77,6 +87,10 @@ pub(super) fn route(t: &Table<'_>) -> Result<RouteRule> {
             "on_store_failure",
             "exempt",
             "mode",
+            "refund_on_error",
+            "costs",
+            "max_body_bytes",
+            "when",
             "limits",
         ],
         "a route",
@@ -95,8 +109,112 @@ pub(super) fn route(t: &Table<'_>) -> Result<RouteRule> {
     route.on_store_failure = t.choice("on_store_failure", &FAILURE_POLICIES)?;
     route.exempt = t.bool("exempt")?.unwrap_or(false);
     route.mode = t.choice("mode", &LeaseMode::CHOICES)?;
+    route.refund_on_error = t.bool("refund_on_error")?.unwrap_or(true);
+    route.estimates = t
+        .tables("costs")?
+        .iter()
+        .map(estimate)
+        .collect::<Result<_>>()?;
+    if let Some(n) = t.uint("max_body_bytes", 1, 64 << 20)? {
+        route.max_body_bytes = n;
+    }
+    route.when = t
+        .tables("when")?
+        .iter()
+        .map(condition)
+        .collect::<Result<_>>()?;
     route.limits = limits(t)?;
     Ok(route)
+}
+
+/// One entry of a route's `costs`: `{ unit = "tokens", header =
+/// "x-max-tokens" }` or `{ unit = "bytes", content_length = true }`.
+fn estimate(t: &Table<'_>) -> Result<CostEstimate> {
+    t.only(
+        &["unit", "header", "json", "content_length"],
+        "a route's cost estimate",
+    )?;
+    let unit = t.required_str("unit", "the unit estimated, like \"tokens\"")?;
+    let length = t.bool("content_length")?.unwrap_or(false);
+    let estimate = match (t.str("header")?, t.str("json")?, length) {
+        (Some(name), None, false) => CostEstimate::header(unit, name),
+        (None, Some(path), false) => CostEstimate::json(unit, path),
+        (None, None, true) => CostEstimate::content_length(unit),
+        (None, None, false) => {
+            return Err(t.missing(
+                "header",
+                "is required (or `json = \"field\"`, or `content_length = true`): where the \
+                 estimate is read",
+            ));
+        }
+        _ => {
+            let second = if t.get("json").is_some() && t.get("header").is_some() {
+                "json"
+            } else {
+                "content_length"
+            };
+            return Err(t.error_at(
+                second,
+                "is a second source: an estimate has one (`header`, `json` or `content_length`)",
+            ));
+        }
+    };
+    if let Some((field, message)) = estimate.check() {
+        return Err(t.error_at(field, message));
+    }
+    Ok(estimate)
+}
+
+/// One entry of a route's `when`: `{ header = "x-stream", equals = "1" }`
+/// or `{ json = "stream", equals = true }`.
+fn condition(t: &Table<'_>) -> Result<Condition> {
+    t.only(&["header", "json", "equals"], "a route condition")?;
+    let Some(equals) = t.get("equals") else {
+        return Err(t.missing(
+            "equals",
+            "is required: the value the header or field must have",
+        ));
+    };
+    match (t.str("header")?, t.str("json")?) {
+        (Some(name), None) => {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(t.error_at(
+                    "header",
+                    format!("must be a valid HTTP header name such as \"x-stream\", got {name:?}"),
+                ));
+            }
+            Ok(Condition::Header {
+                name: name.to_ascii_lowercase(),
+                equals: equals.as_str()?.to_owned(),
+            })
+        }
+        (None, Some(field)) => {
+            if field.is_empty() || field.split('.').any(str::is_empty) {
+                return Err(t.error_at("json", "must name a field such as \"stream\""));
+            }
+            let value = if let Ok(b) = equals.as_bool() {
+                serde_json::Value::from(b)
+            } else if let Ok(s) = equals.as_str() {
+                serde_json::Value::from(s)
+            } else {
+                serde_json::Value::from(equals.as_uint(0, u64::MAX).map_err(|_| {
+                    equals.error("must be a string, true or false, or a whole number")
+                })?)
+            };
+            Ok(Condition::Json {
+                field: field.to_owned(),
+                equals: value,
+            })
+        }
+        (Some(_), Some(_)) => Err(t.error_at(
+            "json",
+            "is a second subject: a condition reads one header or one field",
+        )),
+        (None, None) => Err(t.missing(
+            "header",
+            "is required (or `json = \"field\"`): what the condition reads",
+        )),
+    }
 }
 
 pub(super) fn limits(t: &Table<'_>) -> Result<Vec<Limit>> {
@@ -211,6 +329,14 @@ fn limit(t: &Table<'_>) -> Result<Limit> {
     ];
     limit.scope = t.choice("scope", &scopes)?.unwrap_or_default();
     limit.mode = t.choice("mode", &LeaseMode::CHOICES)?;
+    if let Some(unit) = t.get("unit") {
+        let name = unit.as_str()?;
+        if let Some(message) = crate::policy::check_unit(name) {
+            return Err(unit.error(message));
+        }
+        limit.unit = name.to_owned();
+    }
+    limit.tier = t.str("tier")?.map(str::to_owned);
     Ok(limit)
 }
 
