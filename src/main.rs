@@ -82,9 +82,11 @@ fn main() -> ExitCode {
 }
 
 /// Validates `file` exactly as `serve` would load it (environment overrides
-/// included), so a policy it accepts is one `serve` starts with.
+/// included, and every file it names read as `serve` reads them), so a
+/// policy it accepts is one `serve` starts with.
 fn check_config(file: &std::path::Path) -> ExitCode {
-    match load_policy(Some(file)) {
+    let checked = load_policy(Some(file)).and_then(|p| p.check_named_files().map(|()| p));
+    match checked {
         Ok(p) => {
             println!(
                 "{}: ok ({} tiers, {} routes)",

@@ -1,6 +1,7 @@
 //! envoyproxy/ratelimit's YAML configuration, read as that service reads
 //! it, with errors that name the file, the line and the field.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -28,15 +29,15 @@ const DESCRIPTOR_KEYS: [&str; 10] = [
 const RATE_LIMIT_KEYS: [&str; 5] = ["unit", "requests_per_unit", "unlimited", "name", "replaces"];
 
 impl Domain {
-    /// Reads an envoyproxy/ratelimit YAML file (one domain).
+    /// Reads an envoyproxy/ratelimit YAML file (one domain), as the policy
+    /// file is read: a regular file of at most
+    /// [`MAX_RULE_FILE_BYTES`](crate::policy::MAX_RULE_FILE_BYTES), never
+    /// waited on.
     pub fn from_envoy_yaml_file(path: impl AsRef<Path>) -> Result<Domain, ConfigError> {
         let path = path.as_ref();
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            file: file.clone(),
-            source,
-        })?;
-        Self::from_envoy_yaml(&text, Some(&file))
+        let (text, _) = crate::policy::read_text_file(path, crate::policy::FileKind::RULES)
+            .map_err(|e| e.error)?;
+        Self::from_envoy_yaml(&text, Some(&path.display().to_string()))
     }
 
     /// Parses an envoyproxy/ratelimit YAML configuration (one domain);
@@ -244,13 +245,13 @@ impl Cx<'_> {
             ));
         };
         let mut out: Vec<Entry> = Vec::new();
+        // A set, not a scan of `out`: a level of tens of thousands of
+        // descriptors would otherwise take quadratic time to load.
+        let mut seen: HashSet<(Arc<str>, Option<Arc<str>>)> = HashSet::new();
         for (i, item) in items.iter().enumerate() {
             let at = format!("{path}[{i}]");
             let entry = self.descriptor(item, &at, label_above)?;
-            if out
-                .iter()
-                .any(|e| e.key == entry.key && e.value == entry.value)
-            {
+            if !seen.insert((entry.key.clone(), entry.value.clone())) {
                 return Err(self.error(
                     item.line(),
                     &at,

@@ -62,10 +62,14 @@ pub struct RlsSettings {
     pub on_store_failure: RlsFailure,
     /// A bearer token the HTTP endpoints require from non-loopback callers.
     pub token: Option<String>,
-    /// The envoyproxy/ratelimit YAML files, resolved against the policy
-    /// file's directory: part of the policy, so a reload re-reads them and
-    /// a follower watches them.
+    /// The envoyproxy/ratelimit YAML files loaded, in load order,
+    /// resolved against the policy file's directory: part of the policy,
+    /// so a reload re-reads them and a follower watches them.
     pub envoy_configs: Vec<PathBuf>,
+    /// The `envoy_configs` entries as written (files, directories, globs),
+    /// resolved against the policy file's directory: a follower lists them
+    /// again to see files added and removed.
+    pub envoy_config_entries: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for RlsSettings {
@@ -75,6 +79,7 @@ impl std::fmt::Debug for RlsSettings {
             .field("on_store_failure", &self.on_store_failure)
             .field("token", &self.token.as_ref().map(|_| "<hidden>"))
             .field("envoy_configs", &self.envoy_configs)
+            .field("envoy_config_entries", &self.envoy_config_entries)
             .finish()
     }
 }
