@@ -18,6 +18,7 @@ pub(crate) use file::{
     read_text_file,
 };
 pub use file::{MAX_POLICY_FILE_BYTES, MAX_RULE_FILE_BYTES};
+pub(crate) use rule_files::expand as expand_rule_entry;
 
 use reader::{Source, Table};
 

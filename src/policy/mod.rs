@@ -30,7 +30,8 @@ pub use builder::PolicyBuilder;
 pub(crate) use builder::leasable;
 pub use config::{ConfigError, MAX_POLICY_FILE_BYTES, MAX_RULE_FILE_BYTES, parse_duration};
 pub(crate) use config::{
-    FileKind, Fingerprint, PolicyFile, read_policy_file, read_secret_file, read_text_file,
+    FileKind, Fingerprint, PolicyFile, expand_rule_entry, read_policy_file, read_secret_file,
+    read_text_file,
 };
 // The store reads TLS files with it (feature `tls`).
 #[allow(unused_imports)]
