@@ -45,7 +45,7 @@ use std::time::{Duration, Instant, SystemTime};
 use parking_lot::Mutex;
 
 use super::{Inner, Limiter, LimiterBuilder};
-use crate::policy::{Fingerprint, expand_rule_entry, read_policy_file};
+use crate::policy::{Fingerprint, expand_rule_entry};
 
 /// How a limiter built from a file follows it: how often it looks, and
 /// how long a changed file must hold still before it is applied.
@@ -223,9 +223,10 @@ impl Seen {
     }
 }
 
-/// Stats the policy file and lists and stats the rule files of `entries`.
-/// Blocking (a `stat` per file, a `readdir` per directory).
-fn look(path: &Path, entries: &[PathBuf]) -> Seen {
+/// Stats the policy file (unless the policy is held in memory) and lists
+/// and stats the rule files of `entries`. Blocking (a `stat` per file, a
+/// `readdir` per directory).
+fn look(path: &Path, inline: Option<usize>, entries: &[PathBuf]) -> Seen {
     let mut rules = Rules {
         files: Vec::new(),
         error: None,
@@ -246,7 +247,10 @@ fn look(path: &Path, entries: &[PathBuf]) -> Seen {
         }
     }
     Seen {
-        policy: Fingerprint::stat(path).ok(),
+        policy: match inline {
+            Some(len) => Some(Fingerprint::inline(len)),
+            None => Fingerprint::stat(path).ok(),
+        },
         rules,
     }
 }
@@ -254,6 +258,11 @@ fn look(path: &Path, entries: &[PathBuf]) -> Seen {
 /// The entries of the policy in force, to look at.
 fn entries_of(limiter: &Limiter) -> Vec<PathBuf> {
     limiter.policy().rls.envoy_config_entries.clone()
+}
+
+/// The length of the policy's text when it is held in memory.
+fn inline_of(limiter: &Limiter) -> Option<usize> {
+    limiter.inner.reload.source.inline.as_ref().map(String::len)
 }
 
 #[cfg(unix)]
@@ -322,15 +331,15 @@ async fn baseline(limiter: Limiter, watch: &mut Watch) {
     let path = watch.path.clone();
     let known = limiter.inner.reload.applied_file().is_some();
     let result = tokio::task::spawn_blocking(move || {
-        let before = look(&path, &entries_of(&limiter));
+        let before = look(&path, inline_of(&limiter), &entries_of(&limiter));
         if known {
             return Some(before.rules);
         }
-        let file = read_policy_file(&path).ok()?;
+        let file = limiter.inner.reload.source.read(&path).ok()?;
         let same = limiter
             .parse_source(&path, &file.text)
             .is_ok_and(|p| p == *limiter.policy());
-        let after = look(&path, &entries_of(&limiter));
+        let after = look(&path, inline_of(&limiter), &entries_of(&limiter));
         if same && after == before {
             limiter.inner.reload.set_applied_file(file);
             return Some(before.rules);
@@ -347,7 +356,8 @@ async fn baseline(limiter: Limiter, watch: &mut Watch) {
 async fn step(limiter: Limiter, watch: &mut Watch) {
     let path = watch.path.clone();
     let entries = entries_of(&limiter);
-    let Ok(now) = tokio::task::spawn_blocking(move || look(&path, &entries)).await else {
+    let inline = inline_of(&limiter);
+    let Ok(now) = tokio::task::spawn_blocking(move || look(&path, inline, &entries)).await else {
         return;
     };
     if !watch.forced && !missing(&now, watch) {
@@ -454,7 +464,7 @@ fn attempt(
     rules_in_force: Option<&Rules>,
     forced: bool,
 ) -> Attempt {
-    let file = match read_policy_file(path) {
+    let file = match limiter.inner.reload.source.read(path) {
         Ok(file) => file,
         Err(e) if e.changed => return Attempt::Unsettled,
         Err(e) => {

@@ -14,8 +14,8 @@ mod rules;
 mod sections;
 
 pub(crate) use file::{
-    FileKind, Fingerprint, PolicyFile, read_named_file, read_policy_file, read_secret_file,
-    read_text_file,
+    FileKind, Fingerprint, PolicyFile, ReadError, read_named_file, read_policy_file,
+    read_secret_file, read_text_file,
 };
 pub use file::{MAX_POLICY_FILE_BYTES, MAX_RULE_FILE_BYTES};
 pub(crate) use rule_files::expand as expand_rule_entry;
