@@ -139,25 +139,39 @@ fn check_config_refuses_a_hash_secret_file_or_tls_ca_file_serve_would_refuse() {
 }
 
 #[test]
-fn serve_refuses_to_start_on_a_yaml_fifo_instead_of_waiting_on_it() {
-    let (dir, path) = policy("[rls]\nenvoy_configs = [\"edge.yaml\"]\n");
-    mkfifo(&dir.path().join("edge.yaml"));
-    let port = support::free_port().to_string();
-    let (code, out) = run(
-        &[
-            "serve",
-            "--config",
-            path.to_str().unwrap(),
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ],
-        PROMPT,
-    );
-    assert_eq!(code, Some(2), "serve did not refuse promptly: {out}");
-    assert!(
-        out.contains("edge.yaml") && out.contains("not a regular file"),
-        "{out}"
-    );
+fn serve_refuses_to_start_on_a_yaml_fifo_device_oversized_file_or_empty_directory_at_once() {
+    let (dir, path) = policy("");
+    mkfifo(&dir.path().join("fifo.yaml"));
+    std::fs::create_dir(dir.path().join("empty")).unwrap();
+    let big = dir.path().join("big.yaml");
+    let file = std::fs::File::create(&big).unwrap();
+    file.set_len(ratewatch::policy::MAX_RULE_FILE_BYTES + 1)
+        .unwrap();
+    for (entry, why) in [
+        ("fifo.yaml", "not a regular file"),
+        ("/dev/zero", "not a regular file"),
+        ("big.yaml", "larger than"),
+        ("empty", "without any *.yaml"),
+    ] {
+        std::fs::write(&path, format!("[rls]\nenvoy_configs = [\"{entry}\"]\n")).unwrap();
+        let port = support::free_port().to_string();
+        let (code, out) = run(
+            &[
+                "serve",
+                "--config",
+                path.to_str().unwrap(),
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ],
+            PROMPT,
+        );
+        assert_eq!(
+            code,
+            Some(2),
+            "serve did not refuse {entry} promptly: {out}"
+        );
+        assert!(out.contains(entry) && out.contains(why), "{entry}: {out}");
+    }
 }
 
 #[test]

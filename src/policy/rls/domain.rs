@@ -60,8 +60,8 @@ impl DomainSet {
     }
 
     /// Adds a domain; gives it back if one of its name is already present
-    /// (domains are never merged: a second file of one domain is a mistake
-    /// envoyproxy/ratelimit refuses too).
+    /// (a second file of one domain is a mistake envoyproxy/ratelimit
+    /// refuses too, unless `[rls] merge_domains` merges them on loading).
     pub fn insert(&mut self, domain: Domain) -> Result<(), Domain> {
         if self.domains.contains_key(&domain.name) {
             return Err(domain);
