@@ -17,7 +17,8 @@ use ratewatch::service::grpc::ProstCodec;
 use ratewatch::service::proto::{
     Code, Entry, RateLimitDescriptor, RateLimitRequest, RateLimitResponse,
 };
-use support::{RedisServer, free_port};
+use support::sentinel::{MASTER_NAME, SentinelSet};
+use support::{RedisCluster, RedisServer, free_port};
 use tonic::transport::Channel;
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -225,6 +226,107 @@ async fn a_swap_of_the_runtime_root_symlink_is_followed_with_a_redis_url() {
     symlink("v2", dir.path().join("next")).unwrap();
     std::fs::rename(dir.path().join("next"), &current).unwrap();
     until_limit(&c, 4).await;
+}
+
+/// The rules of `limit` per hour in a runtime directory under `dir`.
+fn runtime(dir: &Path, limit: u64) {
+    let config = dir.join("ratelimit/config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("edge.yaml"), rules(limit)).unwrap();
+}
+
+/// Three hits of one caller: OK, OK, OVER_LIMIT under a limit of 2.
+async fn two_then_over(c: &Channel) {
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        codes.push(ask(c, "10.0.0.9").await.expect("answer").overall_code);
+    }
+    assert_eq!(
+        codes,
+        [Code::Ok as i32, Code::Ok as i32, Code::OverLimit as i32]
+    );
+}
+
+#[tokio::test]
+async fn the_peers_cluster_settings_decide_on_the_cluster() {
+    let cluster = RedisCluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    runtime(dir.path(), 2);
+    let nodes: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|u| u.trim_start_matches("redis://").to_owned())
+        .collect();
+    let grpc_port = free_port();
+    let mut env = peer_env(dir.path(), &nodes.join(","), grpc_port);
+    env.push(("REDIS_TYPE", "cluster".into()));
+    let _server = Peer::start(&env);
+    let c = channel(grpc_port).await;
+    until_limit(&c, 2).await;
+    two_then_over(&c).await;
+    let keys: u64 = cluster
+        .urls()
+        .iter()
+        .map(|u| {
+            let port: u16 = u.rsplit(':').next().unwrap().parse().unwrap();
+            support::redis_cli(port, &["DBSIZE"])
+                .trim()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    assert!(keys > 0, "the counters live on the cluster");
+}
+
+#[tokio::test]
+async fn the_peers_sentinel_settings_decide_on_the_master_the_sentinels_name() {
+    let set = SentinelSet::start();
+    let dir = tempfile::tempdir().unwrap();
+    runtime(dir.path(), 2);
+    let sentinels: Vec<String> = set
+        .urls()
+        .iter()
+        .map(|u| u.trim_start_matches("redis://").to_owned())
+        .collect();
+    let grpc_port = free_port();
+    let url = format!("{MASTER_NAME},{}", sentinels.join(","));
+    let mut env = peer_env(dir.path(), &url, grpc_port);
+    env.push(("REDIS_TYPE", "SENTINEL".into()));
+    let _server = Peer::start(&env);
+    let c = channel(grpc_port).await;
+    until_limit(&c, 2).await;
+    two_then_over(&c).await;
+    let keys: u64 = set.master.cli(&["DBSIZE"]).trim().parse().unwrap();
+    assert!(keys > 0, "the counters live on the master");
+}
+
+#[tokio::test]
+async fn redis_auth_as_user_and_password_reaches_a_redis_that_requires_it() {
+    // The default user may only PING: every counter needs the "rw" user.
+    let redis = RedisServer::start_with(&[
+        "--user",
+        "default",
+        "on",
+        "nopass",
+        "-@all",
+        "+ping",
+        "--user",
+        "rw",
+        "on",
+        ">s3cret-pass",
+        "~*",
+        "&*",
+        "+@all",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    runtime(dir.path(), 2);
+    let grpc_port = free_port();
+    let mut env = peer_env(dir.path(), &redis.addr(), grpc_port);
+    env.push(("REDIS_AUTH", "rw:s3cret-pass".into()));
+    let _server = Peer::start(&env);
+    let c = channel(grpc_port).await;
+    until_limit(&c, 2).await;
+    two_then_over(&c).await;
 }
 
 #[test]

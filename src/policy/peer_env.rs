@@ -57,8 +57,9 @@ pub const TRIGGERS: [&str; 13] = [
     "MERGE_DOMAIN_CONFIG",
 ];
 
-/// What envoyproxy/ratelimit's environment asks for.
-#[derive(Debug, Clone, PartialEq)]
+/// What envoyproxy/ratelimit's environment asks for. Its `Debug` output
+/// leaves out the policy's text, which may hold `REDIS_AUTH`.
+#[derive(Clone, PartialEq)]
 #[non_exhaustive]
 pub struct PeerEnv {
     /// The policy it describes, as TOML (read with [`PeerEnv::policy`]).
@@ -73,6 +74,19 @@ pub struct PeerEnv {
     pub log_filter: Option<String>,
     /// `LOG_FORMAT=json`.
     pub json_logs: bool,
+}
+
+impl std::fmt::Debug for PeerEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerEnv")
+            .field("policy_toml", &"<hidden>")
+            .field("rules_dir", &self.rules_dir)
+            .field("listen", &self.listen)
+            .field("grpc_listen", &self.grpc_listen)
+            .field("log_filter", &self.log_filter)
+            .field("json_logs", &self.json_logs)
+            .finish()
+    }
 }
 
 /// How the policy of the environment is named in errors.
@@ -368,21 +382,49 @@ impl<F: Fn(&str) -> Option<String>> Env<'_, F> {
             ));
         }
         let tls = self.flag("REDIS_TLS", false)?;
-        let to_url = |addr: &str| -> String {
-            let addr = addr.trim();
-            match addr.strip_prefix("redis://") {
-                Some(rest) if tls => format!("rediss://{rest}"),
-                _ if addr.starts_with("redis://") || addr.starts_with("rediss://") => {
-                    addr.to_owned()
-                }
-                _ if tls => format!("rediss://{addr}"),
-                _ => format!("redis://{addr}"),
-            }
-        };
+        // "user:password", or a password alone, as the peer splits it.
+        let auth = self.get("REDIS_AUTH").map(|a| match a.split_once(':') {
+            Some((user, password)) => (Some(user.to_owned()), password.to_owned()),
+            None => (None, a),
+        });
         let kind = self
             .get("REDIS_TYPE")
             .unwrap_or_else(|| "single".into())
             .to_ascii_lowercase();
+        // A single node or a cluster takes credentials in its URLs; a
+        // sentinel deployment's master takes `username` / `password`.
+        let userinfo = match (&auth, kind.as_str()) {
+            (Some((user, password)), "single" | "cluster") => format!(
+                "{}:{}@",
+                user.as_deref().map(percent_encode).unwrap_or_default(),
+                percent_encode(password)
+            ),
+            _ => String::new(),
+        };
+        let to_url = |addr: &str| -> Result<String, ConfigError> {
+            let addr = addr.trim();
+            let (scheme, rest) = match addr.split_once("://") {
+                Some(("redis", rest)) if tls => ("rediss", rest),
+                Some((scheme @ ("redis" | "rediss"), rest)) => (scheme, rest),
+                Some((other, _)) => {
+                    return Err(error(
+                        "REDIS_URL",
+                        &format!(
+                            "has the scheme \"{other}\"; write host:port or redis://host:port"
+                        ),
+                    ));
+                }
+                None if tls => ("rediss", addr),
+                None => ("redis", addr),
+            };
+            if !userinfo.is_empty() && rest.contains('@') {
+                return Err(error(
+                    "REDIS_AUTH",
+                    "is set and REDIS_URL holds credentials too; give them in one place",
+                ));
+            }
+            Ok(format!("{scheme}://{userinfo}{rest}"))
+        };
         let list = |s: &str| -> Vec<String> {
             s.split(',')
                 .map(str::trim)
@@ -394,10 +436,13 @@ impl<F: Fn(&str) -> Option<String>> Env<'_, F> {
         match kind.as_str() {
             "single" => {
                 toml.push_str("kind = \"redis\"\n");
-                toml.push_str(&format!("url = {}\n", quote(&to_url(&url))));
+                toml.push_str(&format!("url = {}\n", quote(&to_url(&url)?)));
             }
             "cluster" => {
-                let nodes: Vec<String> = list(&url).iter().map(|n| quote(&to_url(n))).collect();
+                let nodes = list(&url)
+                    .iter()
+                    .map(|n| to_url(n).map(|u| quote(&u)))
+                    .collect::<Result<Vec<_>, _>>()?;
                 toml.push_str("kind = \"redis-cluster\"\n");
                 toml.push_str(&format!("nodes = [{}]\n", nodes.join(", ")));
             }
@@ -410,7 +455,10 @@ impl<F: Fn(&str) -> Option<String>> Env<'_, F> {
                         "must be <master name>,<sentinel host:port>,... with REDIS_TYPE=sentinel",
                     ));
                 };
-                let sentinels: Vec<String> = sentinels.iter().map(|s| quote(&to_url(s))).collect();
+                let sentinels = sentinels
+                    .iter()
+                    .map(|s| to_url(s).map(|u| quote(&u)))
+                    .collect::<Result<Vec<_>, _>>()?;
                 toml.push_str("kind = \"redis-sentinel\"\n");
                 toml.push_str(&format!("master_name = {}\n", quote(master)));
                 toml.push_str(&format!("sentinels = [{}]\n", sentinels.join(", ")));
@@ -422,15 +470,11 @@ impl<F: Fn(&str) -> Option<String>> Env<'_, F> {
                 ));
             }
         }
-        if let Some(auth) = self.get("REDIS_AUTH") {
-            // "user:password", or a password alone, as the peer splits it.
-            match auth.split_once(':') {
-                Some((user, password)) => {
-                    toml.push_str(&format!("username = {}\n", quote(user)));
-                    toml.push_str(&format!("password = {}\n", quote(password)));
-                }
-                None => toml.push_str(&format!("password = {}\n", quote(&auth))),
+        if let (Some((user, password)), "sentinel") = (&auth, kind.as_str()) {
+            if let Some(user) = user {
+                toml.push_str(&format!("username = {}\n", quote(user)));
             }
+            toml.push_str(&format!("password = {}\n", quote(password)));
         }
         for (var, key) in [
             ("REDIS_TLS_CACERT", "tls_ca_file"),
@@ -490,6 +534,20 @@ fn log_filter(level: &str) -> Result<String, ConfigError> {
         }
     };
     Ok(level.to_owned())
+}
+
+/// `s` with every byte but RFC 3986's unreserved ones percent-encoded,
+/// for a URL's user information.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// A TOML basic string.
@@ -566,15 +624,17 @@ mod tests {
         .unwrap()
         .policy()
         .unwrap();
-        assert_eq!(cluster.store.nodes, ["redis://a:1", "redis://b:2"]);
-        assert_eq!(cluster.store.username.as_deref(), Some("user"));
-        assert_eq!(cluster.store.password.as_deref(), Some("p\"w"));
+        assert_eq!(
+            cluster.store.nodes,
+            ["redis://user:p%22w@a:1", "redis://user:p%22w@b:2"]
+        );
 
         let sentinel = PeerEnv::from_vars(env(
             &root,
             &[
                 ("REDIS_TYPE", "sentinel"),
                 ("REDIS_URL", "mymaster,s1:26379,s2:26379"),
+                ("REDIS_AUTH", "pw-only"),
             ],
         ))
         .unwrap()
@@ -586,6 +646,7 @@ mod tests {
             sentinel.store.sentinels,
             ["redis://s1:26379", "redis://s2:26379"]
         );
+        assert_eq!(sentinel.store.password.as_deref(), Some("pw-only"));
 
         let tls = PeerEnv::from_vars(env(
             &root,
