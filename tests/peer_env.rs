@@ -18,6 +18,7 @@ use ratewatch::service::proto::{
     Code, Entry, RateLimitDescriptor, RateLimitRequest, RateLimitResponse,
 };
 use support::sentinel::{MASTER_NAME, SentinelSet};
+use support::tls::{Certs, TlsRedis};
 use support::{RedisCluster, RedisServer, free_port};
 use tonic::transport::Channel;
 
@@ -323,6 +324,34 @@ async fn redis_auth_as_user_and_password_reaches_a_redis_that_requires_it() {
     let grpc_port = free_port();
     let mut env = peer_env(dir.path(), &redis.addr(), grpc_port);
     env.push(("REDIS_AUTH", "rw:s3cret-pass".into()));
+    let _server = Peer::start(&env);
+    let c = channel(grpc_port).await;
+    until_limit(&c, 2).await;
+    two_then_over(&c).await;
+}
+
+#[tokio::test]
+async fn redis_tls_with_the_peers_ca_and_client_certificate_reaches_a_mutual_tls_redis() {
+    let certs = Certs::generate();
+    let redis = TlsRedis::start(&certs, true);
+    let dir = tempfile::tempdir().unwrap();
+    runtime(dir.path(), 2);
+    let grpc_port = free_port();
+    let mut env = peer_env(
+        dir.path(),
+        &format!("127.0.0.1:{}", redis.tls_port),
+        grpc_port,
+    );
+    env.push(("REDIS_TLS", "true".into()));
+    env.push(("REDIS_TLS_CACERT", certs.ca().display().to_string()));
+    env.push((
+        "REDIS_TLS_CLIENT_CERT",
+        certs.client_cert().display().to_string(),
+    ));
+    env.push((
+        "REDIS_TLS_CLIENT_KEY",
+        certs.client_key().display().to_string(),
+    ));
     let _server = Peer::start(&env);
     let c = channel(grpc_port).await;
     until_limit(&c, 2).await;
