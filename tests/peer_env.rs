@@ -199,6 +199,12 @@ async fn the_peers_environment_answers_over_grpc_from_its_yaml_on_its_redis() {
     );
     let keys: u64 = redis.cli(&["DBSIZE"]).trim().parse().unwrap();
     assert!(keys > 0, "the counters live in REDIS_URL's Redis");
+    // HOST:PORT is the HTTP listener.
+    let port = &env.iter().find(|(k, _)| *k == "PORT").unwrap().1;
+    let health = reqwest::get(format!("http://127.0.0.1:{port}/health"))
+        .await
+        .expect("HTTP on HOST:PORT");
+    assert_eq!(health.status(), 200);
 
     // An edit in the directory is followed, as RUNTIME_WATCH_ROOT=false
     // promises.
