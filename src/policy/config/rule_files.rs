@@ -20,6 +20,10 @@ use std::path::{Component, Path, PathBuf};
 pub(crate) const MAX_RULE_FILES: usize = 1000;
 /// How deep a directory or a glob is walked.
 pub(crate) const MAX_DEPTH: usize = 8;
+/// The most directory entries one walk looks at (files of any kind and
+/// subdirectories): a directory such as `/` is refused quickly instead of
+/// being listed for minutes.
+pub(crate) const MAX_ENTRIES_SEEN: usize = 20_000;
 
 /// Whether `entry` is a glob rather than a path.
 pub(crate) fn is_glob(entry: &Path) -> bool {
@@ -45,7 +49,7 @@ pub(crate) fn expand(entry: &Path) -> Result<Vec<PathBuf>, String> {
     match std::fs::metadata(entry) {
         Ok(m) if m.is_dir() => {
             let mut out = Vec::new();
-            walk(entry, 0, &mut out)?;
+            walk(entry, 0, &mut 0, &mut out)?;
             out.sort();
             if out.is_empty() {
                 return Err(
@@ -68,14 +72,27 @@ fn too_many() -> String {
     format!("names more than {MAX_RULE_FILES} files, the most a policy may load")
 }
 
-/// Every YAML file under `dir`, descending into real subdirectories.
-fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), String> {
+fn too_many_entries() -> String {
+    format!(
+        "holds more than {MAX_ENTRIES_SEEN} entries; name the directory of the rule files itself"
+    )
+}
+
+/// Every YAML file under `dir`, descending into real subdirectories;
+/// `seen` counts the entries looked at.
+fn walk(dir: &Path, depth: usize, seen: &mut usize, out: &mut Vec<PathBuf>) -> Result<(), String> {
     if depth > MAX_DEPTH {
         return Err(format!("nests directories deeper than {MAX_DEPTH} levels"));
     }
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot be listed: {e}"))?;
+    let unlisted =
+        |e: std::io::Error| format!("holds {}, which cannot be listed: {e}", dir.display());
+    let entries = std::fs::read_dir(dir).map_err(unlisted)?;
     for entry in entries {
-        let entry = entry.map_err(|e| format!("cannot be listed: {e}"))?;
+        let entry = entry.map_err(unlisted)?;
+        *seen += 1;
+        if *seen > MAX_ENTRIES_SEEN {
+            return Err(too_many_entries());
+        }
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         if name.starts_with('.') {
@@ -86,7 +103,7 @@ fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), String> 
             continue;
         };
         if kind.is_dir() {
-            walk(&path, depth + 1, out)?;
+            walk(&path, depth + 1, seen, out)?;
         } else if is_yaml(name) && std::fs::metadata(&path).is_ok_and(|m| !m.is_dir()) {
             // Not only regular files: a FIFO or a device here is
             // refused by name when read, rather than skipped unseen.
@@ -102,6 +119,7 @@ fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), String> 
 /// Every file matching `pattern`, component by component.
 fn glob(pattern: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
     let mut bases = vec![PathBuf::new()];
+    let mut seen = 0usize;
     let components: Vec<Component<'_>> = pattern.components().collect();
     if components.len() > MAX_DEPTH + 16 {
         return Err(format!("has more than {} components", MAX_DEPTH + 16));
@@ -131,6 +149,10 @@ fn glob(pattern: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
                 continue;
             };
             for entry in entries.flatten() {
+                seen += 1;
+                if seen > MAX_ENTRIES_SEEN {
+                    return Err(too_many_entries());
+                }
                 let name = entry.file_name();
                 let Some(name) = name.to_str() else { continue };
                 if name.starts_with('.') && !part.starts_with('.') {
@@ -227,6 +249,18 @@ mod tests {
         assert_eq!(got, vec![d.join("x/b.yaml"), d.join("y/a.yaml")]);
         let err = expand(&d.join("*/*.json")).unwrap_err();
         assert!(err.contains("matches no file"), "{err}");
+    }
+
+    #[test]
+    fn the_root_directory_is_refused_quickly_by_its_size() {
+        let started = std::time::Instant::now();
+        // Refused for its size, or for a directory it may not list.
+        let err = expand(Path::new("/")).unwrap_err();
+        assert!(
+            err.contains("more than") || err.contains("cannot be listed"),
+            "{err}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
     }
 
     #[test]
