@@ -9,6 +9,8 @@ use clap::{Parser, Subcommand};
 use ratewatch::policy::Policy;
 use ratewatch::{Follow, Limiter, server};
 
+mod envoy_env;
+
 /// The policy served when no `--config` is given: the memory store.
 const DEFAULT_CONFIG: &str = include_str!("../ratewatch.toml");
 
@@ -41,9 +43,10 @@ struct ServeArgs {
     /// Policy file (default: the built-in policy on the memory store).
     #[arg(long, env = "RATEWATCH_CONFIG")]
     config: Option<PathBuf>,
-    /// Address to listen on.
-    #[arg(long, env = "RATEWATCH_LISTEN", default_value = "127.0.0.1:8080")]
-    listen: SocketAddr,
+    /// Address to listen on [default: 127.0.0.1:8080, or HOST:PORT in
+    /// envoyproxy/ratelimit's environment].
+    #[arg(long, env = "RATEWATCH_LISTEN")]
+    listen: Option<SocketAddr>,
     /// Serve Envoy's rate limit service (gRPC, h2c) and gRPC health on this
     /// address (off unless given).
     #[arg(long, env = "RATEWATCH_GRPC_LISTEN")]
@@ -64,8 +67,11 @@ fn main() -> ExitCode {
     // per interval: a lost cluster node otherwise writes hundreds a second.
     tracing_subscriber::registry()
         .with(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,ratewatch=info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                envoy_env::log_filter()
+                    .unwrap_or_else(|| "info,ratewatch=info".into())
+                    .into()
+            }),
         )
         .with(
             tracing_subscriber::fmt::layer()
@@ -82,9 +88,11 @@ fn main() -> ExitCode {
 }
 
 /// Validates `file` exactly as `serve` would load it (environment overrides
-/// included), so a policy it accepts is one `serve` starts with.
+/// included, and every file it names read as `serve` reads them), so a
+/// policy it accepts is one `serve` starts with.
 fn check_config(file: &std::path::Path) -> ExitCode {
-    match load_policy(Some(file)) {
+    let checked = load_policy(Some(file)).and_then(|p| p.check_named_files().map(|()| p));
+    match checked {
         Ok(p) => {
             println!(
                 "{}: ok ({} tiers, {} routes)",
@@ -119,14 +127,31 @@ fn load_policy(config: Option<&std::path::Path>) -> Result<Policy, ratewatch::po
 }
 
 fn run(args: ServeArgs, demo: bool) -> ExitCode {
-    let policy = match load_policy(args.config.as_deref()) {
+    // envoyproxy/ratelimit's environment, when no policy file is given.
+    let peer = match envoy_env::settings(args.config.is_some()) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::from(2);
         }
     };
-    if policy.tiers.is_empty() {
+    let loaded = match &peer {
+        Some(p) => p.policy().and_then(Policy::with_env),
+        None => load_policy(args.config.as_deref()),
+    };
+    let policy = match loaded {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let listen = args
+        .listen
+        .or(peer.as_ref().map(|p| p.listen))
+        .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080)));
+    let grpc_listen = args.grpc_listen.or(peer.as_ref().map(|p| p.grpc_listen));
+    if policy.tiers.is_empty() && policy.rls.domains.is_empty() {
         tracing::warn!("{NO_TIERS}");
     }
     let runtime = match tokio::runtime::Runtime::new() {
@@ -153,10 +178,12 @@ fn run(args: ServeArgs, demo: bool) -> ExitCode {
             {
                 builder = builder.reload_on_sighup();
             }
+        } else if let Some(p) = &peer {
+            builder = envoy_env::follow(builder, p, args.reload_poll_ms, args.reload_settle_ms);
         }
         let limiter = builder.build().await?;
         #[cfg(unix)]
-        if args.config.is_none() {
+        if args.config.is_none() && peer.is_none() {
             // No file to reload, but a SIGHUP must not end the server.
             let mut hangup =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
@@ -169,7 +196,7 @@ fn run(args: ServeArgs, demo: bool) -> ExitCode {
             });
         }
         let traffic = demo.then(|| server::spawn_demo_traffic(server::app(limiter.clone())));
-        let served = server::serve(limiter.clone(), args.listen, args.grpc_listen).await;
+        let served = server::serve(limiter.clone(), listen, grpc_listen).await;
         if let Some(t) = traffic {
             t.abort();
         }

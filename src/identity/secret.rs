@@ -10,18 +10,14 @@
 //!   its own counters (its own quota) for the same caller; a refusal to
 //!   start would break every deployment that upgrades.
 //!
+//! A secret file is read like the policy file (a regular file of at most
+//! 4096 bytes, never waited on).
+//!
 //! The key is read once: a reload never changes it, since new hashes are
 //! new counters (a one-time reset of every quota).
 
-use std::io::Read;
-use std::path::Path;
-
 use super::IdentityKey;
-use crate::policy::{ConfigError, HashSecret, IdentitySettings};
-
-/// Largest secret file read (bytes): a secret is a line, and a path that
-/// names something else (a device, a huge file) must not stall the start.
-const MAX_SECRET_FILE: u64 = 4096;
+use crate::policy::{ConfigError, IdentitySettings, read_secret_file};
 
 /// The key identities are hashed with, from `settings` and the kind of
 /// the store decisions go to (`Store::kind`: `memory`, `redis`, ...).
@@ -33,7 +29,7 @@ pub(crate) fn deployment_key(
         return Ok(IdentityKey::new(secret.expose()));
     }
     if let Some(path) = &settings.hash_secret_file {
-        let secret = read_secret_file(path)?;
+        let secret = read_secret_file(path, "identity.hash_secret_file")?;
         return Ok(IdentityKey::new(secret.expose()));
     }
     if store == "memory" {
@@ -54,38 +50,10 @@ pub(crate) fn deployment_key(
     Ok(IdentityKey::unkeyed())
 }
 
-fn read_secret_file(path: &Path) -> Result<HashSecret, ConfigError> {
-    let invalid = |message: String| ConfigError::Invalid {
-        file: Some(path.display().to_string()),
-        line: None,
-        field: "identity.hash_secret_file".into(),
-        message,
-    };
-    // Follows symlinks (mounted secrets are links); only a regular file.
-    let meta = std::fs::metadata(path).map_err(|e| invalid(format!("cannot be read: {e}")))?;
-    if !meta.is_file() {
-        return Err(invalid("is not a regular file".into()));
-    }
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_SECRET_FILE + 1).read_to_string(&mut text))
-        .map_err(|e| invalid(format!("cannot be read as text: {e}")))?;
-    if text.len() as u64 > MAX_SECRET_FILE {
-        return Err(invalid(format!(
-            "is longer than {MAX_SECRET_FILE} bytes; it should hold the secret alone"
-        )));
-    }
-    HashSecret::new(&text).ok_or_else(|| {
-        invalid(format!(
-            "must hold a secret of at least {} bytes; generate one with `openssl rand -hex 32`",
-            HashSecret::MIN_LEN
-        ))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::HashSecret;
 
     fn settings() -> IdentitySettings {
         IdentitySettings::default()

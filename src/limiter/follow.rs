@@ -11,10 +11,17 @@
 //! `..data` symlink swap of a Kubernetes ConfigMap, on every filesystem
 //! (no inotify, which misses the swap and is absent on some mounts).
 //!
-//! What it applies: only a file that held still. A changed file is read
-//! once it is settled: its modification time lies at least the settle
-//! interval (500 ms by default) in the past, or the same version was seen
-//! that long ago. It is read off the async runtime with the safe reader
+//! The envoyproxy/ratelimit YAML files of `[rls] envoy_configs` are
+//! followed the same way: each poll lists the entries' directories and
+//! globs again and `stat`s every file they name, so an edit, a new file,
+//! a removed file or a ConfigMap swap of any of them reloads the policy,
+//! even when the policy file itself is unchanged. A policy file that is
+//! gone is logged once; the policy in force stays until it is back.
+//!
+//! What it applies: only files that held still. A change is read once it
+//! is settled: every file's modification time lies at least the settle
+//! interval (500 ms by default) in the past, or the same versions were
+//! seen that long ago. It is read off the async runtime with the safe reader
 //! of [`Policy::from_toml_file`] (regular files only, at most
 //! [`MAX_POLICY_FILE_BYTES`](crate::policy::MAX_POLICY_FILE_BYTES), no
 //! wait on a FIFO or device, refused if it changed during the read), and
@@ -31,14 +38,14 @@
 //! the limiter is dropped or [`Limiter::shutdown`] is called: it never
 //! keeps a limiter, or a runtime's worker, busy.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 
 use super::{Inner, Limiter, LimiterBuilder};
-use crate::policy::{Fingerprint, read_policy_file};
+use crate::policy::{Fingerprint, expand_rule_entry};
 
 /// How a limiter built from a file follows it: how often it looks, and
 /// how long a changed file must hold still before it is applied.
@@ -162,12 +169,13 @@ pub(super) fn start(limiter: &Limiter) -> std::io::Result<()> {
         return Ok(());
     }
     let watch = Watch {
-        // A list, so a policy that names more files can follow them too.
-        paths: vec![path],
+        path,
         follow,
+        rules_in_force: None,
         refused: None,
         candidate: None,
         forced: false,
+        missing_since: None,
     };
     let task = tokio::spawn(run(Arc::downgrade(&limiter.inner), watch, hangup));
     *limiter.inner.follower.0.lock() = Some(task.abort_handle());
@@ -176,15 +184,85 @@ pub(super) fn start(limiter: &Limiter) -> std::io::Result<()> {
 
 /// The follower's view of the watched files.
 struct Watch {
-    /// The source file first; every file whose change triggers a reload.
-    paths: Vec<PathBuf>,
+    /// The policy file.
+    path: PathBuf,
     follow: Follow,
+    /// The rule files behind the policy in force, as they were when read.
+    rules_in_force: Option<Rules>,
     /// The versions last refused: not read again until they change.
-    refused: Option<Vec<Option<Fingerprint>>>,
+    refused: Option<Seen>,
     /// Changed versions not yet applied, and when first seen so.
-    candidate: Option<(Vec<Option<Fingerprint>>, Instant)>,
+    candidate: Option<(Seen, Instant)>,
     /// A SIGHUP asked for a reload not yet done.
     forced: bool,
+    /// Since when the policy file is missing, and whether that was logged.
+    missing_since: Option<(Instant, bool)>,
+}
+
+/// The YAML files the `[rls] envoy_configs` entries name now (directories
+/// and globs listed again), each with its version (`None`: gone), or why
+/// an entry names none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rules {
+    files: Vec<(PathBuf, Option<Fingerprint>)>,
+    error: Option<String>,
+}
+
+/// One look at everything the policy is made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    policy: Option<Fingerprint>,
+    rules: Rules,
+}
+
+impl Seen {
+    fn fingerprints(&self) -> impl Iterator<Item = &Fingerprint> {
+        self.policy
+            .iter()
+            .chain(self.rules.files.iter().filter_map(|(_, f)| f.as_ref()))
+    }
+}
+
+/// Stats the policy file (unless the policy is held in memory) and lists
+/// and stats the rule files of `entries`. Blocking (a `stat` per file, a
+/// `readdir` per directory).
+fn look(path: &Path, inline: Option<usize>, entries: &[PathBuf]) -> Seen {
+    let mut rules = Rules {
+        files: Vec::new(),
+        error: None,
+    };
+    for entry in entries {
+        match expand_rule_entry(entry) {
+            Ok(files) => {
+                for f in files {
+                    let fp = Fingerprint::stat(&f).ok();
+                    rules.files.push((f, fp));
+                }
+            }
+            Err(e) => {
+                rules
+                    .error
+                    .get_or_insert(format!("{}: {e}", entry.display()));
+            }
+        }
+    }
+    Seen {
+        policy: match inline {
+            Some(len) => Some(Fingerprint::inline(len)),
+            None => Fingerprint::stat(path).ok(),
+        },
+        rules,
+    }
+}
+
+/// The entries of the policy in force, to look at.
+fn entries_of(limiter: &Limiter) -> Vec<PathBuf> {
+    limiter.policy().rls.envoy_config_entries.clone()
+}
+
+/// The length of the policy's text when it is held in memory.
+fn inline_of(limiter: &Limiter) -> Option<usize> {
+    limiter.inner.reload.source.inline.as_ref().map(String::len)
 }
 
 #[cfg(unix)]
@@ -194,7 +272,7 @@ type Hangup = ();
 
 async fn run(limiter: Weak<Inner>, mut watch: Watch, mut hangup: Option<Hangup>) {
     if let Some(inner) = limiter.upgrade() {
-        baseline(Limiter { inner }, &watch).await;
+        baseline(Limiter { inner }, &mut watch).await;
     }
     loop {
         // While a change waits to settle (or a SIGHUP for its file), look
@@ -245,66 +323,71 @@ async fn hangup_recv(_: &mut Option<Hangup>) -> bool {
     std::future::pending().await
 }
 
-/// Records the file as it is now as the version in force, unless it says
-/// something else than the policy the limiter was built with (it changed
-/// between that read and this one): then the first poll applies it.
-async fn baseline(limiter: Limiter, watch: &Watch) {
-    if limiter.inner.reload.applied_file().is_some() {
-        return;
-    }
-    let path = watch.paths[0].clone();
-    let _ = tokio::task::spawn_blocking(move || {
-        let Ok(file) = read_policy_file(&path) else {
-            return;
-        };
+/// Records the files as they are now as the version in force, unless they
+/// say something else than the policy the limiter was built with (they
+/// changed between that read and this one): then the first poll applies
+/// them.
+async fn baseline(limiter: Limiter, watch: &mut Watch) {
+    let path = watch.path.clone();
+    let known = limiter.inner.reload.applied_file().is_some();
+    let result = tokio::task::spawn_blocking(move || {
+        let before = look(&path, inline_of(&limiter), &entries_of(&limiter));
+        if known {
+            return Some(before.rules);
+        }
+        let file = limiter.inner.reload.source.read(&path).ok()?;
         let same = limiter
             .parse_source(&path, &file.text)
             .is_ok_and(|p| p == *limiter.policy());
-        if same {
+        let after = look(&path, inline_of(&limiter), &entries_of(&limiter));
+        if same && after == before {
             limiter.inner.reload.set_applied_file(file);
+            return Some(before.rules);
         }
+        None
     })
     .await;
+    if let Ok(rules) = result {
+        watch.rules_in_force = rules;
+    }
 }
 
 /// One look at the files: apply a settled change, or wait for it.
 async fn step(limiter: Limiter, watch: &mut Watch) {
-    let paths = watch.paths.clone();
-    let Ok(now) = tokio::task::spawn_blocking(move || {
-        paths
-            .iter()
-            .map(|p| Fingerprint::stat(p).ok())
-            .collect::<Vec<_>>()
-    })
-    .await
-    else {
+    let path = watch.path.clone();
+    let entries = entries_of(&limiter);
+    let inline = inline_of(&limiter);
+    let Ok(now) = tokio::task::spawn_blocking(move || look(&path, inline, &entries)).await else {
         return;
     };
+    if !watch.forced && !missing(&now, watch) {
+        return;
+    }
     let in_force = limiter.inner.reload.applied_file().map(|f| f.fingerprint);
     if !watch.forced {
-        let unchanged =
-            now[0].is_some() && now[0] == in_force && now[1..].iter().all(Option::is_some);
+        let unchanged = now.policy.is_some()
+            && now.policy == in_force
+            && watch.rules_in_force.as_ref() == Some(&now.rules);
         if unchanged || watch.refused.as_ref() == Some(&now) {
             watch.candidate = None;
-            return;
-        }
-        // Missing for a moment (between an unlink and a rename, or a
-        // config map's swap): looked at again on the next poll.
-        if now.iter().any(Option::is_none) {
             return;
         }
     }
     if !settled(&now, watch) {
         return;
     }
-    let path = watch.paths[0].clone();
-    let expected = now[0];
+    let path = watch.path.clone();
     let forced = watch.forced;
-    let attempt =
-        tokio::task::spawn_blocking(move || attempt(&limiter, &path, expected, forced)).await;
+    let rules_in_force = watch.rules_in_force.clone();
+    let seen = now.clone();
+    let attempt = tokio::task::spawn_blocking(move || {
+        attempt(&limiter, &path, &seen, rules_in_force.as_ref(), forced)
+    })
+    .await;
     match attempt {
         Ok(Attempt::Unsettled) => watch.candidate = None,
         Ok(Attempt::Applied) => {
+            watch.rules_in_force = Some(now.rules);
             watch.refused = None;
             watch.candidate = None;
             watch.forced = false;
@@ -318,22 +401,46 @@ async fn step(limiter: Limiter, watch: &mut Watch) {
     }
 }
 
-/// Whether the version `now` has held still for the settle interval: its
-/// modification time is that old, or it was already seen that long ago.
-fn settled(now: &[Option<Fingerprint>], watch: &mut Watch) -> bool {
+/// Whether the policy file is there to be read. A file missing for a
+/// moment (between an unlink and a rename) is looked at again on the next
+/// poll; one missing for the settle interval is logged, once: the policy
+/// in force stays until a file is back.
+fn missing(now: &Seen, watch: &mut Watch) -> bool {
+    if now.policy.is_some() {
+        if let Some((_, true)) = watch.missing_since.take() {
+            tracing::info!(file = %watch.path.display(), "the policy file is back");
+        }
+        return true;
+    }
+    let since = watch.missing_since.get_or_insert((Instant::now(), false));
+    if !since.1 && since.0.elapsed() >= watch.follow.settle {
+        since.1 = true;
+        tracing::warn!(
+            file = %watch.path.display(),
+            "the policy file is gone (deleted, or not readable); the policy in force stays \
+             until it is back"
+        );
+    }
+    false
+}
+
+/// Whether the version `now` has held still for the settle interval: every
+/// file's modification time is that old, or it was already seen that long
+/// ago.
+fn settled(now: &Seen, watch: &mut Watch) -> bool {
     let settle = watch.follow.settle;
-    let old_enough = now.iter().flatten().all(|f| {
+    let old_enough = now.fingerprints().all(|f| {
         f.modified
             .and_then(|m| SystemTime::now().duration_since(m).ok())
             .is_some_and(|age| age >= settle)
-    });
+    }) && now.rules.files.iter().all(|(_, f)| f.is_some());
     if old_enough {
         return true;
     }
     match &watch.candidate {
-        Some((seen, since)) if seen.as_slice() == now => since.elapsed() >= settle,
+        Some((seen, since)) if seen == now => since.elapsed() >= settle,
         _ => {
-            watch.candidate = Some((now.to_vec(), Instant::now()));
+            watch.candidate = Some((now.clone(), Instant::now()));
             false
         }
     }
@@ -348,14 +455,16 @@ enum Attempt {
     Refused,
 }
 
-/// Reads the file once and applies exactly what was read. Blocking.
+/// Reads the policy file once and applies exactly what was read, with
+/// the rule files it names read as they are now. Blocking.
 fn attempt(
     limiter: &Limiter,
-    path: &std::path::Path,
-    expected: Option<Fingerprint>,
+    path: &Path,
+    seen: &Seen,
+    rules_in_force: Option<&Rules>,
     forced: bool,
 ) -> Attempt {
-    let file = match read_policy_file(path) {
+    let file = match limiter.inner.reload.source.read(path) {
         Ok(file) => file,
         Err(e) if e.changed => return Attempt::Unsettled,
         Err(e) => {
@@ -363,7 +472,7 @@ fn attempt(
             return Attempt::Refused;
         }
     };
-    if expected.is_some_and(|f| f != file.fingerprint) {
+    if seen.policy.is_some_and(|f| f != file.fingerprint) {
         return Attempt::Unsettled;
     }
     let same_text = limiter
@@ -371,13 +480,18 @@ fn attempt(
         .reload
         .applied_file()
         .is_some_and(|f| f.text == file.text);
-    if same_text && !forced {
+    let same_rules = rules_in_force == Some(&seen.rules);
+    if same_text && same_rules && !forced {
         // Touched, or rewritten with the same bytes: nothing to apply.
         limiter.inner.reload.set_applied_file(file);
         return Attempt::Applied;
     }
     if !forced {
-        tracing::info!(file = %path.display(), "policy file changed: reloading");
+        if same_text {
+            tracing::info!(file = %path.display(), "rule files changed: reloading");
+        } else {
+            tracing::info!(file = %path.display(), "policy file changed: reloading");
+        }
     }
     match limiter.reload_file(path, file) {
         Ok(_) => Attempt::Applied,

@@ -53,6 +53,23 @@ pub(crate) struct Source {
     /// The file as read for the policy the limiter starts with, if the
     /// builder read it (so following starts from exactly those bytes).
     pub(super) initial: Option<PolicyFile>,
+    /// The policy's text when it is held in memory rather than in a file
+    /// (`path` then only names it): a reload reads its rule files again.
+    pub(super) inline: Option<String>,
+}
+
+impl Source {
+    /// The policy's text as it is now: the file read safely, or the text
+    /// held in memory.
+    pub(super) fn read(&self, path: &Path) -> Result<PolicyFile, crate::policy::ReadError> {
+        match &self.inline {
+            Some(text) => Ok(PolicyFile {
+                text: text.clone(),
+                fingerprint: crate::policy::Fingerprint::inline(text.len()),
+            }),
+            None => read_policy_file(path),
+        }
+    }
 }
 
 /// Why a reload did not apply a new policy. The old policy keeps serving.
@@ -174,6 +191,21 @@ impl LimiterBuilder {
         self
     }
 
+    /// Takes the policy's TOML `text` as its source, named `name` in
+    /// errors: a reload (and the follower) parses it again, reading the
+    /// rule files of its `[rls] envoy_configs` as they are then. For a
+    /// policy made in memory, such as the one of
+    /// [`PeerEnv`](crate::policy::peer_env::PeerEnv).
+    pub fn with_source_text(mut self, name: &str, text: &str) -> Self {
+        self.source.path = Some(PathBuf::from(name));
+        self.source.inline = Some(text.to_owned());
+        self.source.initial = Some(PolicyFile {
+            text: text.to_owned(),
+            fingerprint: crate::policy::Fingerprint::inline(text.len()),
+        });
+        self
+    }
+
     /// Passes every policy a reload reads from the source file through
     /// `adjust` (overrides from the environment, such as
     /// [`Policy::with_env`]); the result is validated again.
@@ -210,7 +242,7 @@ impl Limiter {
         let Some(path) = &self.inner.reload.source.path else {
             return Err(ReloadError::NoSource);
         };
-        match read_policy_file(path) {
+        match self.inner.reload.source.read(path) {
             Ok(file) => self.reload_file(path, file),
             Err(e) => Err(self.refuse(e.error)),
         }

@@ -9,11 +9,16 @@ use super::Policy;
 mod file;
 mod reader;
 mod rls;
+mod rule_files;
 mod rules;
 mod sections;
 
-pub use file::MAX_POLICY_FILE_BYTES;
-pub(crate) use file::{Fingerprint, PolicyFile, read_policy_file};
+pub(crate) use file::{
+    FileKind, Fingerprint, PolicyFile, ReadError, read_named_file, read_policy_file,
+    read_secret_file, read_text_file,
+};
+pub use file::{MAX_POLICY_FILE_BYTES, MAX_RULE_FILE_BYTES};
+pub(crate) use rule_files::expand as expand_rule_entry;
 
 use reader::{Source, Table};
 

@@ -10,6 +10,9 @@
 //!   (`[identity] hash_secret`), replacing the file's `hash_secret` or
 //!   `hash_secret_file`.
 //!
+//! envoyproxy/ratelimit's own variables (`REDIS_URL`, `RUNTIME_ROOT`, ...)
+//! are read by [`peer_env`](super::peer_env) when no policy file is given.
+//!
 //! ```
 //! use ratewatch::policy::{Policy, StoreKind};
 //! let policy = Policy::from_toml_str("[[tiers]]\nname = \"free\"\nunlimited = true\n[[tiers]]\nname = \"anonymous\"\nunlimited = true\n", None)

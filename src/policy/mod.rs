@@ -19,6 +19,7 @@ mod config;
 mod env;
 mod lease;
 mod limit;
+pub mod peer_env;
 pub mod rls;
 mod route;
 mod settings;
@@ -28,8 +29,14 @@ mod version;
 
 pub use builder::PolicyBuilder;
 pub(crate) use builder::leasable;
-pub use config::{ConfigError, MAX_POLICY_FILE_BYTES, parse_duration};
-pub(crate) use config::{Fingerprint, PolicyFile, read_policy_file};
+pub use config::{ConfigError, MAX_POLICY_FILE_BYTES, MAX_RULE_FILE_BYTES, parse_duration};
+pub(crate) use config::{
+    FileKind, Fingerprint, PolicyFile, ReadError, expand_rule_entry, read_policy_file,
+    read_secret_file, read_text_file,
+};
+// The store reads TLS files with it (feature `tls`).
+#[allow(unused_imports)]
+pub(crate) use config::read_named_file;
 pub use env::{CONFIG_VAR, HASH_SECRET_VAR, REDIS_URL_VAR};
 pub use lease::{LeaseMode, LeaseSettings};
 pub use limit::{Limit, MAX_UNIT_LEN, REQUESTS, Scope, check_unit};

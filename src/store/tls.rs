@@ -94,10 +94,12 @@ pub(crate) fn certificates(files: &TlsFiles) -> Result<Option<redis::TlsCertific
     if !files.is_set() {
         return Ok(None);
     }
+    // Read like the policy file: a FIFO or a device named here must not
+    // hang the start, nor a huge file exhaust memory.
     let read = |path: &std::path::Path, what: &str| {
-        std::fs::read(path).map_err(|e| {
-            StoreError::Unavailable(format!("cannot read {what} {}: {e}", path.display()))
-        })
+        crate::policy::read_named_file(path, crate::policy::FileKind::TLS)
+            .map(|f| f.bytes)
+            .map_err(|e| StoreError::Unavailable(format!("cannot read {what}: {}", e.error)))
     };
     let root_cert = files
         .ca_file

@@ -523,6 +523,11 @@ impl Ratewatch {
         let port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratewatch"));
         cmd.arg(command);
+        // A machine's own REDIS_URL or PORT must not turn a test's server
+        // into one of envoyproxy/ratelimit's environment.
+        for var in ratewatch::policy::peer_env::TRIGGERS {
+            cmd.env_remove(var);
+        }
         if let Some(c) = config {
             cmd.arg("--config").arg(c);
         }

@@ -1,6 +1,7 @@
 //! `[rls]`: the decision service's settings, its envoyproxy/ratelimit YAML
 //! files and its native `[[rls.domains]]`.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -9,7 +10,9 @@ use toml::de::DeTable;
 
 use super::ConfigError;
 use super::reader::{Result, Source, Table};
+use super::rule_files;
 use super::rules::limits;
+use super::{FileKind, read_text_file};
 use crate::algorithm::Algorithm;
 use crate::policy::rls::{
     DescriptorRule, Domain, DomainSet, RlsFailure, RlsHeaders, RlsSettings, RlsUnit,
@@ -17,13 +20,18 @@ use crate::policy::rls::{
 use crate::policy::{FailurePolicy, LeaseMode, Limit, Scope};
 
 /// Keys of `[rls]`.
-const RLS_KEYS: [&str; 5] = [
+const RLS_KEYS: [&str; 6] = [
     "envoy_configs",
+    "merge_domains",
     "on_store_failure",
     "token",
     "domains",
     "response_headers",
 ];
+
+/// The most bytes of YAML all `envoy_configs` of a policy may load
+/// together: 64 MiB.
+const MAX_RULE_BYTES_TOTAL: u64 = 64 * 1024 * 1024;
 /// Keys of one `[[rls.domains]]`.
 const DOMAIN_KEYS: [&str; 2] = ["name", "rules"];
 /// Keys of one `[[rls.domains.rules]]`.
@@ -83,26 +91,74 @@ pub(super) fn rls(t: Option<Table<'_>>, cx: &Context<'_>) -> Result<RlsSettings>
         .and_then(Path::parent)
         .map(Path::to_path_buf)
         .unwrap_or_default();
+    let merge = t.bool("merge_domains")?.unwrap_or(false);
     let mut domains = DomainSet::default();
-    for item in t.items("envoy_configs", "a list of YAML file paths")? {
+    let mut origin: HashMap<Arc<str>, PathBuf> = HashMap::new();
+    let mut total: u64 = 0;
+    for item in t.items(
+        "envoy_configs",
+        "a list of YAML files, directories or globs",
+    )? {
         let rel = item.as_str()?;
         if rel.is_empty() {
-            return Err(item.error("must be a path to an envoyproxy/ratelimit YAML file"));
+            return Err(item.error(
+                "must be a path to an envoyproxy/ratelimit YAML file, a directory of them or a glob",
+            ));
         }
-        let path: PathBuf = base.join(rel);
-        let domain = Domain::from_envoy_yaml_file(&path).map_err(|e| match e {
-            ConfigError::Io { file, source } => {
-                item.error(format!("names {file}, which cannot be read: {source}"))
+        let entry: PathBuf = base.join(rel);
+        let files = rule_files::expand(&entry)
+            .map_err(|m| item.error(format!("names {}, which {m}", entry.display())))?;
+        out.envoy_config_entries.push(entry);
+        for path in files {
+            if out.envoy_configs.contains(&path) {
+                continue;
             }
-            other => other,
-        })?;
-        if let Err(d) = domains.insert(domain) {
-            return Err(item.error(format!(
-                "loads domain \"{}\" a second time; each domain must come from one file",
-                d.name
-            )));
+            if out.envoy_configs.len() >= rule_files::MAX_RULE_FILES {
+                return Err(item.error(format!(
+                    "brings the files loaded past {}, the most a policy may load",
+                    rule_files::MAX_RULE_FILES
+                )));
+            }
+            let (text, _) = read_text_file(&path, FileKind::RULES).map_err(|e| {
+                let why = match e.error {
+                    ConfigError::Io { source, .. } => format!("cannot be read: {source}"),
+                    ConfigError::Invalid { message, .. } => message,
+                };
+                item.error(format!("names {}, which {why}", path.display()))
+            })?;
+            total += text.len() as u64;
+            if total > MAX_RULE_BYTES_TOTAL {
+                return Err(item.error(format!(
+                    "brings the YAML loaded past {MAX_RULE_BYTES_TOTAL} bytes, the most a policy may load"
+                )));
+            }
+            let file = path.display().to_string();
+            let domain = Domain::from_envoy_yaml(&text, Some(&file))?;
+            let name = domain.name.clone();
+            match (domains.domain_mut(&name), origin.get(&name)) {
+                (Some(first), Some(from)) if merge => first.absorb(domain).map_err(|key| {
+                    item.error(format!(
+                        "merges domain \"{name}\" of {file} into that of {}, but both define \
+                         the top-level descriptor `{key}`",
+                        from.display()
+                    ))
+                })?,
+                (Some(_), from) => {
+                    let from =
+                        from.map_or_else(String::new, |f| format!(" (first from {})", f.display()));
+                    return Err(item.error(format!(
+                        "loads domain \"{name}\" from {file} a second time{from}; each domain \
+                         must come from one file, unless `merge_domains = true` merges them"
+                    )));
+                }
+                (None, _) => {
+                    origin.insert(name, path.clone());
+                    // A fresh name: cannot clash.
+                    let _ = domains.insert(domain);
+                }
+            }
+            out.envoy_configs.push(path);
         }
-        out.envoy_configs.push(path);
     }
     for d in t.tables("domains")? {
         let domain = native_domain(&d, cx)?;

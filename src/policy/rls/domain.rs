@@ -54,9 +54,14 @@ impl DomainSet {
         out
     }
 
+    /// The domain named `name`, to change it while loading.
+    pub(crate) fn domain_mut(&mut self, name: &str) -> Option<&mut Domain> {
+        self.domains.get_mut(name)
+    }
+
     /// Adds a domain; gives it back if one of its name is already present
-    /// (domains are never merged: a second file of one domain is a mistake
-    /// envoyproxy/ratelimit refuses too).
+    /// (a second file of one domain is a mistake envoyproxy/ratelimit
+    /// refuses too, unless `[rls] merge_domains` merges them on loading).
     pub fn insert(&mut self, domain: Domain) -> Result<(), Domain> {
         if self.domains.contains_key(&domain.name) {
             return Err(domain);
@@ -123,6 +128,27 @@ impl Domain {
             name: name.into(),
             root,
         }
+    }
+
+    /// Adds `other`'s top-level entries after this domain's own, as
+    /// envoyproxy/ratelimit merges two files of one domain when told to
+    /// (`MERGE_DOMAIN_CONFIG`). Fails, naming it, on a top-level entry
+    /// (`key` or `key_value`) both define; nothing is added then.
+    pub(crate) fn absorb(&mut self, other: Domain) -> Result<(), String> {
+        let mine: std::collections::HashSet<(&str, Option<&str>)> = self
+            .root
+            .iter()
+            .map(|n| (&*n.key, n.value.as_deref()))
+            .collect();
+        if let Some(dup) = other
+            .root
+            .iter()
+            .find(|n| mine.contains(&(&*n.key, n.value.as_deref())))
+        {
+            return Err(dup.segment());
+        }
+        self.root.extend(other.root);
+        Ok(())
     }
 
     /// Adds `rule` at the path of `(key, value)` entries, creating the

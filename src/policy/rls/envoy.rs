@@ -1,6 +1,7 @@
 //! envoyproxy/ratelimit's YAML configuration, read as that service reads
 //! it, with errors that name the file, the line and the field.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -28,15 +29,15 @@ const DESCRIPTOR_KEYS: [&str; 10] = [
 const RATE_LIMIT_KEYS: [&str; 5] = ["unit", "requests_per_unit", "unlimited", "name", "replaces"];
 
 impl Domain {
-    /// Reads an envoyproxy/ratelimit YAML file (one domain).
+    /// Reads an envoyproxy/ratelimit YAML file (one domain), as the policy
+    /// file is read: a regular file of at most
+    /// [`MAX_RULE_FILE_BYTES`](crate::policy::MAX_RULE_FILE_BYTES), never
+    /// waited on.
     pub fn from_envoy_yaml_file(path: impl AsRef<Path>) -> Result<Domain, ConfigError> {
         let path = path.as_ref();
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            file: file.clone(),
-            source,
-        })?;
-        Self::from_envoy_yaml(&text, Some(&file))
+        let (text, _) = crate::policy::read_text_file(path, crate::policy::FileKind::RULES)
+            .map_err(|e| e.error)?;
+        Self::from_envoy_yaml(&text, Some(&path.display().to_string()))
     }
 
     /// Parses an envoyproxy/ratelimit YAML configuration (one domain);
@@ -245,13 +246,13 @@ impl Cx<'_> {
             ));
         };
         let mut out: Vec<Entry> = Vec::new();
+        // A set, not a scan of `out`: a level of tens of thousands of
+        // descriptors would otherwise take quadratic time to load.
+        let mut seen: HashSet<(Arc<str>, Option<Arc<str>>)> = HashSet::new();
         for (i, item) in items.iter().enumerate() {
             let at = format!("{path}[{i}]");
             let entry = self.descriptor(item, &at, label_above)?;
-            if out
-                .iter()
-                .any(|e| e.key == entry.key && e.value == entry.value)
-            {
+            if !seen.insert((entry.key.clone(), entry.value.clone())) {
                 return Err(self.error(
                     item.line(),
                     &at,
@@ -290,15 +291,36 @@ impl Cx<'_> {
             "" => entry.segment(),
             above => format!("{above}.{}", entry.segment()),
         };
-        for unsupported in ["quota_mode", "share_threshold"] {
-            let field = join(path, unsupported);
-            if self.boolean(map.get(unsupported), &field)? {
+        // envoyproxy/ratelimit's meaning of each, and why ratewatch
+        // refuses it rather than answer differently.
+        let unsupported = [
+            (
+                "quota_mode",
+                "asks for quota mode (an exhausted limit is reported in the answer's metadata \
+                 while the request is answered OK), which ratewatch does not implement; remove \
+                 it or set it to false (shadow_mode: true reports without enforcing)",
+            ),
+            (
+                "share_threshold",
+                "asks that every value the wildcard matches share one counter, which ratewatch \
+                 does not implement (each matching value counts on its own); remove it or set \
+                 it to false",
+            ),
+        ];
+        for (key, why) in unsupported {
+            let field = join(path, key);
+            if !self.boolean(map.get(key), &field)? {
+                continue;
+            }
+            let line = map.line_of(key).unwrap_or(node.line());
+            if key == "share_threshold" && !value.as_deref().is_some_and(|v| v.contains('*')) {
                 return Err(self.error(
-                    map.line_of(unsupported).unwrap_or(node.line()),
+                    line,
                     &field,
-                    "is not supported by ratewatch; remove it or set it to false",
+                    "can only be used with a wildcard value (one containing `*`)",
                 ));
             }
+            return Err(self.error(line, &field, why));
         }
         // Accepted for compatibility: ratewatch's metric labels are the
         // rule's bounded label whatever these say.
@@ -651,6 +673,31 @@ mod tests {
             "domain: d\ndescriptors:\n  - key: a\n    value: x*\n    share_threshold: true\n";
         assert_eq!(refused(share).1, "descriptors[0].share_threshold");
         Domain::from_envoy_yaml(&on.replace("true", "false"), None).unwrap();
+    }
+
+    #[test]
+    fn refused_modes_say_what_they_mean_and_share_threshold_needs_a_wildcard() {
+        let quota = "domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n";
+        assert!(
+            refused(quota).2.contains("quota mode"),
+            "{}",
+            refused(quota).2
+        );
+        let share =
+            "domain: d\ndescriptors:\n  - key: a\n    value: x*\n    share_threshold: true\n";
+        assert!(
+            refused(share).2.contains("share one counter"),
+            "{}",
+            refused(share).2
+        );
+        let exact =
+            "domain: d\ndescriptors:\n  - key: a\n    value: x\n    share_threshold: true\n";
+        let (line, field, text) = refused(exact);
+        assert_eq!(
+            (line, field.as_str()),
+            (5, "descriptors[0].share_threshold")
+        );
+        assert!(text.contains("wildcard value"), "{text}");
     }
 
     #[test]

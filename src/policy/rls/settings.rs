@@ -82,10 +82,14 @@ pub struct RlsSettings {
     pub token: Option<String>,
     /// `[rls] response_headers`: what answers carry for the client.
     pub response_headers: RlsHeaders,
-    /// The envoyproxy/ratelimit YAML files, resolved against the policy
-    /// file's directory: part of the policy, so a reload re-reads them and
-    /// a follower watches them.
+    /// The envoyproxy/ratelimit YAML files loaded, in load order,
+    /// resolved against the policy file's directory: part of the policy,
+    /// so a reload re-reads them and a follower watches them.
     pub envoy_configs: Vec<PathBuf>,
+    /// The `envoy_configs` entries as written (files, directories, globs),
+    /// resolved against the policy file's directory: a follower lists them
+    /// again to see files added and removed.
+    pub envoy_config_entries: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for RlsSettings {
@@ -96,6 +100,7 @@ impl std::fmt::Debug for RlsSettings {
             .field("token", &self.token.as_ref().map(|_| "<hidden>"))
             .field("response_headers", &self.response_headers)
             .field("envoy_configs", &self.envoy_configs)
+            .field("envoy_config_entries", &self.envoy_config_entries)
             .finish()
     }
 }
