@@ -11,6 +11,7 @@ mod reader;
 mod rls;
 mod rules;
 mod sections;
+mod server;
 
 pub use file::MAX_POLICY_FILE_BYTES;
 pub(crate) use file::{Fingerprint, PolicyFile, read_policy_file};
@@ -18,7 +19,7 @@ pub(crate) use file::{Fingerprint, PolicyFile, read_policy_file};
 use reader::{Source, Table};
 
 /// Top-level keys of a policy file.
-const TOP_LEVEL: [&str; 11] = [
+const TOP_LEVEL: [&str; 12] = [
     "version",
     "partition",
     "store",
@@ -30,6 +31,7 @@ const TOP_LEVEL: [&str; 11] = [
     "tiers",
     "routes",
     "rls",
+    "server",
 ];
 
 /// Why a policy could not be loaded.
@@ -140,7 +142,8 @@ impl Policy {
             .telemetry(sections::telemetry(root.table("telemetry")?)?)
             .dashboard(sections::dashboard(root.table("dashboard")?)?)
             .leases(sections::leases(root.table("leases")?)?)
-            .rls(rls);
+            .rls(rls)
+            .server(server::server(root.table("server")?)?);
         if let Some(version) = root.str("version")? {
             builder = builder.version(version);
         }

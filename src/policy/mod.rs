@@ -21,6 +21,7 @@ mod lease;
 mod limit;
 pub mod rls;
 mod route;
+mod server;
 mod settings;
 pub mod shares;
 mod tier;
@@ -34,6 +35,7 @@ pub use env::{CONFIG_VAR, HASH_SECRET_VAR, REDIS_URL_VAR};
 pub use lease::{LeaseMode, LeaseSettings};
 pub use limit::{Limit, Scope};
 pub use route::{RouteRule, path_matches};
+pub use server::{GRPC_SEND_BUFFER, ServerSettings};
 pub use settings::{
     AnonymousMode, BreakerSettings, DEFAULT_IPV6_PREFIX, DEFAULT_MAX_ENTRIES, DEFAULT_REDIS_URL,
     DashboardSettings, FailurePolicy, HashSecret, IdentitySettings, IpNet, KeyDisplay,
@@ -71,6 +73,8 @@ pub struct Policy {
     /// `[rls]`: the descriptor domains of the decision service (empty by
     /// default).
     pub rls: rls::RlsSettings,
+    /// `[server]`: the bounds of `ratewatch serve`'s listeners.
+    pub server: ServerSettings,
 }
 
 impl Policy {
