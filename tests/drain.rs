@@ -118,7 +118,7 @@ async fn with_no_drain_and_a_frozen_redis_shutdown_takes_the_store_budget_plus_a
 [store]
 kind = "redis"
 url = "{}"
-timeout_ms = 2000
+timeout_ms = 1000
 
 [[tiers]]
 name = "free"
@@ -163,9 +163,10 @@ limits = [{{ name = "minute", algorithm = "fixed_window", limit = 100, window = 
         "still running 30 s after SIGTERM: {}",
         server.log()
     );
-    // The budget (2 s) plus a second, with room for a loaded machine.
+    // The budget (1 s) plus a second, with room for a loaded machine
+    // (before, shutdown waited 4.7 s for the frozen store).
     assert!(
-        took < Duration::from_millis(4500),
+        took < Duration::from_millis(3500),
         "shutdown with a frozen Redis took {took:?}: {}",
         server.log()
     );

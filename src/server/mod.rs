@@ -165,7 +165,7 @@ impl Serving {
 
 /// From the end of the drain, how long closing may take beyond the store's
 /// timeout (a second, minus what exiting the process takes).
-const CLOSE_MARGIN: Duration = Duration::from_millis(850);
+const CLOSE_MARGIN: Duration = Duration::from_millis(700);
 
 /// Binds both ports and serves them until a signal and the drain after it;
 /// returns with the ports still open, to be closed.
