@@ -516,3 +516,24 @@ async fn behind_a_trusted_proxy_the_forwarded_client_is_judged() {
         );
     }
 }
+
+#[test]
+fn a_request_body_that_never_comes_is_answered_and_its_connection_closed() {
+    let policy = policy_file("[server]\nheader_read_timeout_ms = 500\n");
+    let server = Ratewatch::start_logged("serve", Some(policy.path()), &[], &[]);
+    // A whole head declaring 100 bytes of body, and 11 of them sent: the
+    // handler reading the body would wait, and hold the connection, for ever.
+    let mut s = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+    s.write_all(
+        b"POST /v1/decide HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+          Content-Length: 100\r\n\r\n{\"identity\"",
+    )
+    .expect("send");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head)
+        .expect("a stalled body was never answered");
+    assert_eq!(&head, b"HTTP/1.1 400");
+    closed_within(&mut s, Duration::from_secs(10))
+        .expect("the connection of a stalled body is still open");
+}

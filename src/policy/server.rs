@@ -4,7 +4,7 @@
 //!
 //! The HTTP port (demo API, dashboard, `/v1/decide`, `/json`) closes a
 //! connection whose request head has not arrived within
-//! `header_read_timeout`, and a keep-alive connection idle for
+//! `header_read_timeout` (and fails a body that stalls as long), and a keep-alive connection idle for
 //! `idle_timeout`; beyond `max_connections` open connections a new one is
 //! closed at once. The gRPC port announces `grpc_max_concurrent_streams`
 //! and its window, frame and header-list sizes in its HTTP/2 SETTINGS,
@@ -29,7 +29,8 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerSettings {
     /// HTTP port: the whole request head must arrive within this, from the
-    /// connection's start or the request's first byte (10 s).
+    /// connection's start or the request's first byte, and each part of a
+    /// request body within this of the last (10 s).
     pub header_read_timeout: Duration,
     /// HTTP port: a connection with no request in flight for this long is
     /// closed (60 s).

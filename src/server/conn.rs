@@ -26,6 +26,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
+use super::body::Stalling;
 use crate::policy::{GRPC_SEND_BUFFER, ServerSettings};
 
 /// How long a connection told to close (idle, or the server stopping) may
@@ -146,8 +147,8 @@ where
 
 /// Serves `app` on an HTTP/1.1 connection: `ConnectInfo<SocketAddr>` in
 /// every request's extensions (as `into_make_service_with_connect_info`
-/// gives), the request head within `header_read_timeout`, keep-alive until
-/// `idle_timeout`.
+/// gives), the request head within `header_read_timeout` and each part of
+/// its body within as long of the last, keep-alive until `idle_timeout`.
 pub(super) async fn http1(
     stream: TcpStream,
     remote: SocketAddr,
@@ -158,12 +159,14 @@ pub(super) async fn http1(
     let activity = Activity::new();
     let service = {
         let activity = activity.clone();
+        let body_within = bounds.header_read_timeout;
         hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
             req.extensions_mut().insert(ConnectInfo(remote));
             let busy = activity.begin();
             let app = app.clone();
+            let req = req.map(|b| axum::body::Body::new(Stalling::new(b, body_within)));
             async move {
-                let res = app.oneshot(req.map(axum::body::Body::new)).await;
+                let res = app.oneshot(req).await;
                 drop(busy);
                 res
             }

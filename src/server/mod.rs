@@ -6,6 +6,7 @@
 //! [`app`] builds the whole router, so tests drive it with `oneshot` and no
 //! socket; [`serve`] binds it.
 
+mod body;
 mod client_logs;
 mod conn;
 mod demo;
