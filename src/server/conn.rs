@@ -14,6 +14,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -21,6 +22,7 @@ use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -37,15 +39,20 @@ pub const CLOSE_GRACE: Duration = Duration::from_secs(30);
 /// (an HTTP/2 client stuck in its preface never reads the GOAWAY).
 const UNUSED_CLOSE_GRACE: Duration = Duration::from_secs(1);
 
-/// Whether a connection is busy, and since when it is idle; `changed`
-/// wakes the connection's timer when a request starts or ends.
+/// Whether a connection is busy, since when it is idle, and since when
+/// the bytes of a request not yet started have been arriving. Requests and
+/// reads only mark it (no wake-up each): the connection's timer looks when
+/// it fires and sets itself again for what is left.
 #[derive(Clone)]
-pub(super) struct Activity(Arc<Mutex<State>>, Arc<tokio::sync::Notify>);
+pub(super) struct Activity(Arc<Mutex<State>>);
 
 struct State {
     busy: usize,
     idle_since: Instant,
     started: bool,
+    /// When the first byte of a request head arrived, until the request
+    /// starts (HTTP/1 only).
+    head_since: Option<Instant>,
 }
 
 /// Marks its connection busy until dropped.
@@ -58,20 +65,27 @@ impl Drop for Busy {
         if s.busy == 0 {
             s.idle_since = Instant::now();
         }
-        (self.0).1.notify_one();
     }
+}
+
+/// What the timer found.
+enum Verdict {
+    /// Nothing to do; look again then.
+    Wait(Instant),
+    /// Idle too long: close gracefully.
+    Idle,
+    /// A request head took too long: drop the connection.
+    SlowHead,
 }
 
 impl Activity {
     fn new() -> Self {
-        Self(
-            Arc::new(Mutex::new(State {
-                busy: 0,
-                idle_since: Instant::now(),
-                started: false,
-            })),
-            Arc::default(),
-        )
+        Self(Arc::new(Mutex::new(State {
+            busy: 0,
+            idle_since: Instant::now(),
+            started: false,
+            head_since: None,
+        })))
     }
 
     /// A request starts; the connection is busy until the guard drops.
@@ -79,8 +93,16 @@ impl Activity {
         let mut s = self.0.lock();
         s.busy += 1;
         s.started = true;
-        self.1.notify_one();
+        s.head_since = None;
         Busy(self.clone())
+    }
+
+    /// Bytes arrived: the start of a request head if none is in progress.
+    fn heard(&self) {
+        let mut s = self.0.lock();
+        if s.busy == 0 && s.head_since.is_none() {
+            s.head_since = Some(Instant::now());
+        }
     }
 
     /// How long closing may take: a request in progress is let finish.
@@ -92,26 +114,97 @@ impl Activity {
         }
     }
 
-    /// When the connection is to be closed if nothing happens meanwhile;
-    /// `None` while a request is in progress.
-    fn close_at(&self, first_request: Duration, idle: Duration) -> Option<Instant> {
+    /// Whether to close now, and if not when to look again. `head` bounds
+    /// a request head from its first byte and a connection's first request
+    /// from its start; `idle` a connection with nothing in progress.
+    fn verdict(&self, head: Duration, idle: Duration) -> Verdict {
+        let now = Instant::now();
         let s = self.0.lock();
         if s.busy > 0 {
-            return None;
+            // Requests end, and heads start, without waking the timer.
+            return Verdict::Wait(now + head.min(idle));
         }
-        let within = if s.started { idle } else { first_request };
-        Some(s.idle_since + within)
+        if let Some(since) = s.head_since {
+            return if now >= since + head {
+                Verdict::SlowHead
+            } else {
+                Verdict::Wait(since + head)
+            };
+        }
+        let close = s.idle_since + if s.started { idle } else { head.min(idle) };
+        if now >= close {
+            Verdict::Idle
+        } else {
+            // A head may start any time: look at least that often.
+            Verdict::Wait(close.min(now + head))
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A connection's socket, telling its [`Activity`] when bytes arrive.
+    struct Heard<I> {
+        #[pin]
+        io: I,
+        activity: Activity,
+    }
+}
+
+impl<I: AsyncRead> AsyncRead for Heard<I> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.project();
+        let before = buf.filled().len();
+        let r = this.io.poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.activity.heard();
+        }
+        r
+    }
+}
+
+impl<I: AsyncWrite> AsyncWrite for Heard<I> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.project().io.poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.project().io.poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.project().io.poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        self.project().io.poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
     }
 }
 
 /// Drives `conn` until it ends: closes it gracefully (`shut`) when it has
 /// been idle too long or `stop` turns true, and drops it [`CLOSE_GRACE`]
-/// after that ([`UNUSED_CLOSE_GRACE`] if it never started a request).
+/// after that ([`UNUSED_CLOSE_GRACE`] if it never started a request); drops
+/// it at once when a request head is not whole `head` after its first byte.
 async fn drive<C, E>(
     conn: C,
     shut: impl Fn(Pin<&mut C>),
     activity: &Activity,
-    first_request: Duration,
+    head: Duration,
     idle: Duration,
     stop: &mut watch::Receiver<bool>,
 ) -> Option<E>
@@ -123,9 +216,11 @@ where
     loop {
         let wake = match closing {
             Some(at) => at + activity.close_grace(),
-            None => activity
-                .close_at(first_request, idle)
-                .unwrap_or_else(|| Instant::now() + idle),
+            None => match activity.verdict(head, idle) {
+                Verdict::Wait(at) => at,
+                Verdict::Idle => Instant::now(),
+                Verdict::SlowHead => return None,
+            },
         };
         let close = tokio::select! {
             r = conn.as_mut() => return r.err(),
@@ -133,9 +228,12 @@ where
                 if closing.is_some() {
                     return None;
                 }
-                activity.close_at(first_request, idle).is_some_and(|at| at <= Instant::now())
+                match activity.verdict(head, idle) {
+                    Verdict::Wait(_) => false,
+                    Verdict::Idle => true,
+                    Verdict::SlowHead => return None,
+                }
             }
-            () = activity.1.notified(), if closing.is_none() => false,
             () = super::listener::stopped(stop), if closing.is_none() => true,
         };
         if close {
@@ -164,7 +262,12 @@ pub(super) async fn http1(
             req.extensions_mut().insert(ConnectInfo(remote));
             let busy = activity.begin();
             let app = app.clone();
-            let req = req.map(|b| axum::body::Body::new(Stalling::new(b, body_within)));
+            // A request without a body (most) needs no timer for it.
+            let req = if http_body::Body::is_end_stream(req.body()) {
+                req.map(axum::body::Body::new)
+            } else {
+                req.map(|b| axum::body::Body::new(Stalling::new(b, body_within)))
+            };
             async move {
                 let res = app.oneshot(req).await;
                 drop(busy);
@@ -173,11 +276,18 @@ pub(super) async fn http1(
         })
     };
     let mut builder = hyper::server::conn::http1::Builder::new();
+    // hyper's own header timer also runs while a kept-alive connection
+    // waits for its next request, closing it under a client about to reuse
+    // it; the head is timed from its first byte here instead.
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(bounds.header_read_timeout)
+        .header_read_timeout(None)
         .keep_alive(true);
-    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    let io = Heard {
+        io: stream,
+        activity: activity.clone(),
+    };
+    let conn = builder.serve_connection(TokioIo::new(io), service);
     if let Some(e) = drive(
         conn,
         |c| c.graceful_shutdown(),

@@ -143,18 +143,24 @@ struct Serving {
 }
 
 impl Serving {
-    /// Closes the ports and waits for the requests still running, as long
-    /// as a decision may take; returns when the whole shutdown must end
-    /// (the store's timeout plus a second from now, minus a margin).
+    /// Closes the ports and lets the requests still running finish, as
+    /// long as the shutdown's deadline allows (the store's timeout plus a
+    /// second from now, minus a margin for the process to exit) while
+    /// keeping time for the limiter to give back what it holds; returns
+    /// that deadline.
     async fn close(self, limiter: &Limiter) -> tokio::time::Instant {
         let now = tokio::time::Instant::now();
         let budget = limiter.policy().store.timeout;
         let deadline = now + budget + CLOSE_MARGIN;
+        // A slot release or a flush is one store call: at most the budget.
+        let for_limiter = budget.min(Duration::from_millis(300)) + Duration::from_millis(100);
         let _ = self.stop.send(true);
-        let requests_done = now + budget + Duration::from_millis(200);
         let mut tasks = self.tasks;
         let all = futures_util::future::join_all(tasks.iter_mut());
-        if tokio::time::timeout_at(requests_done, all).await.is_err() {
+        if tokio::time::timeout_at(deadline - for_limiter, all)
+            .await
+            .is_err()
+        {
             tracing::warn!("requests still running when the ports closed were cut short");
             for t in &tasks {
                 t.abort();
