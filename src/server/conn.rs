@@ -352,3 +352,61 @@ pub(super) async fn h2<S, F>(
         tracing::debug!(%remote, error = %e, "gRPC connection ended");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: Duration = Duration::from_secs(10);
+    const IDLE: Duration = Duration::from_secs(60);
+
+    fn waits_until(v: Verdict) -> Instant {
+        match v {
+            Verdict::Wait(at) => at,
+            Verdict::Idle => panic!("closed as idle"),
+            Verdict::SlowHead => panic!("dropped as a slow head"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_alive_connection_lasts_the_idle_timeout_not_the_head_timeout() {
+        let a = Activity::new();
+        drop(a.begin());
+        tokio::time::advance(HEAD + Duration::from_secs(1)).await;
+        waits_until(a.verdict(HEAD, IDLE));
+        tokio::time::advance(IDLE).await;
+        assert!(matches!(a.verdict(HEAD, IDLE), Verdict::Idle));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_is_timed_from_its_first_byte() {
+        let a = Activity::new();
+        drop(a.begin());
+        tokio::time::advance(Duration::from_secs(30)).await;
+        a.heard();
+        let first_byte = Instant::now();
+        assert_eq!(waits_until(a.verdict(HEAD, IDLE)), first_byte + HEAD);
+        tokio::time::advance(HEAD).await;
+        assert!(matches!(a.verdict(HEAD, IDLE), Verdict::SlowHead));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_starts_no_request_is_closed_after_the_head_timeout() {
+        let a = Activity::new();
+        let opened = Instant::now();
+        assert_eq!(waits_until(a.verdict(HEAD, IDLE)), opened + HEAD);
+        tokio::time::advance(HEAD).await;
+        assert!(matches!(a.verdict(HEAD, IDLE), Verdict::Idle));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_connection_is_never_closed_by_its_timers() {
+        let a = Activity::new();
+        let busy = a.begin();
+        a.heard();
+        tokio::time::advance(IDLE * 2).await;
+        waits_until(a.verdict(HEAD, IDLE));
+        drop(busy);
+        waits_until(a.verdict(HEAD, IDLE));
+    }
+}
