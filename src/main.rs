@@ -48,6 +48,10 @@ struct ServeArgs {
     /// address (off unless given).
     #[arg(long, env = "RATEWATCH_GRPC_LISTEN")]
     grpc_listen: Option<SocketAddr>,
+    /// Serve the dashboard, /metrics and the demo API on this address; the
+    /// --listen port then serves only the decision service and health.
+    #[arg(long, env = "RATEWATCH_ADMIN_LISTEN")]
+    admin_listen: Option<SocketAddr>,
     /// How often the policy file is checked for changes (one stat), in
     /// milliseconds (0: reload on SIGHUP only).
     #[arg(long, env = "RATEWATCH_RELOAD_POLL_MS", default_value_t = 1000)]
@@ -186,7 +190,7 @@ fn load_policy(config: Option<&std::path::Path>) -> Result<Policy, ratewatch::po
 #[cfg(unix)]
 // `rlim_t` is u64 on Linux, not on every Unix.
 #[allow(clippy::unnecessary_cast)]
-fn raise_open_file_limit(bounds: &ratewatch::policy::ServerSettings, grpc: bool) {
+fn raise_open_file_limit(bounds: &ratewatch::policy::ServerSettings, grpc: bool, admin: bool) {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -214,12 +218,17 @@ fn raise_open_file_limit(bounds: &ratewatch::policy::ServerSettings, grpc: bool)
         } else {
             0
         }
+        + if admin {
+            bounds.max_connections as u64
+        } else {
+            0
+        }
         + RESERVE;
     if lim.rlim_cur != libc::RLIM_INFINITY && (lim.rlim_cur as u64) < wanted {
         tracing::warn!(
             open_files = lim.rlim_cur as u64,
             wanted,
-            "the open-file limit is below [server] max_connections (+ grpc_max_connections) + {RESERVE}: \
+            "the open-file limit is below the connection caps of [server] (max_connections per HTTP listener, grpc_max_connections) + {RESERVE}: \
              connections beyond it are refused by the operating system; raise `ulimit -n` or lower the caps"
         );
     }
@@ -248,7 +257,11 @@ fn run(args: ServeArgs, demo: bool, json: bool) -> ExitCode {
         tracing::warn!("{NO_TIERS}");
     }
     #[cfg(unix)]
-    raise_open_file_limit(&policy.server, args.grpc_listen.is_some());
+    raise_open_file_limit(
+        &policy.server,
+        args.grpc_listen.is_some(),
+        args.admin_listen.is_some(),
+    );
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -293,6 +306,7 @@ fn run(args: ServeArgs, demo: bool, json: bool) -> ExitCode {
             listen: args.listen,
             grpc: args.grpc_listen,
             drain: Duration::from_millis(args.drain_ms),
+            admin: args.admin_listen,
         };
         let served = server::run(limiter, options).await;
         if let Some(t) = traffic {

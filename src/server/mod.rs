@@ -43,15 +43,27 @@ pub fn app(limiter: Limiter) -> Router {
 
 /// [`app`], its readiness routes answering from `readiness`.
 pub fn app_with(limiter: Limiter, readiness: Readiness) -> Router {
-    let api = Router::new()
-        .route("/api/users", get(demo::users))
-        .route("/api/data", post(demo::data))
-        .route("/api/export", post(demo::export))
-        .route("/api/slow", get(slow::slow))
-        .layer(limiter.layer());
-    let router = Router::new()
-        .merge(api)
-        .route("/api/ratelimit/status", get(limiter.status_handler()))
+    routes(limiter, readiness, true)
+}
+
+/// What a public port serves when admin routes have their own listener
+/// (`--admin-listen`): the decision service (`POST /v1/decide`,
+/// `POST /json`) and the health routes, nothing else.
+pub fn decision_app(limiter: Limiter, readiness: Readiness) -> Router {
+    health_routes(readiness).merge(crate::service::http::routes(
+        crate::service::RateLimitService::new(limiter),
+    ))
+}
+
+/// What an admin listener serves (`--admin-listen`): the demo API,
+/// `/api/ratelimit/status`, `/metrics`, the dashboard and the health
+/// routes.
+pub fn admin_app(limiter: Limiter, readiness: Readiness) -> Router {
+    routes(limiter, readiness, false)
+}
+
+fn health_routes<S: Clone + Send + Sync + 'static>(readiness: Readiness) -> Router<S> {
+    Router::new()
         .route("/health", get(|| async { "ok" }))
         .route("/ready", {
             let r = readiness.clone();
@@ -61,11 +73,28 @@ pub fn app_with(limiter: Limiter, readiness: Readiness) -> Router {
             let r = readiness;
             get(move || std::future::ready(r.healthcheck()))
         })
-        .route("/metrics", get(limiter.metrics_handler()))
-        .merge(crate::service::http::routes(
+}
+
+/// Everything but the decision service unless `decision`. The limiter's
+/// layer covers the demo API only (not the 404 of an unknown path).
+fn routes(limiter: Limiter, readiness: Readiness, decision: bool) -> Router {
+    let api = Router::new()
+        .route("/api/users", get(demo::users))
+        .route("/api/data", post(demo::data))
+        .route("/api/export", post(demo::export))
+        .route("/api/slow", get(slow::slow))
+        .layer(limiter.layer());
+    let mut router = Router::new()
+        .merge(api)
+        .route("/api/ratelimit/status", get(limiter.status_handler()))
+        .merge(health_routes(readiness))
+        .route("/metrics", get(limiter.metrics_handler()));
+    if decision {
+        router = router.merge(crate::service::http::routes(
             crate::service::RateLimitService::new(limiter.clone()),
-        ))
-        .with_state(limiter.clone());
+        ));
+    }
+    let router = router.with_state(limiter.clone());
     #[cfg(feature = "dashboard")]
     let router = router
         .nest("/dashboard", limiter.dashboard())
@@ -94,6 +123,10 @@ pub struct ServeOptions {
     /// How long both ports keep serving after SIGTERM while readiness
     /// fails, before they close (`--drain-ms`).
     pub drain: Duration,
+    /// With an address, the HTTP port serves only the decision service
+    /// ([`decision_app`]) and the admin routes ([`admin_app`]) are served
+    /// here (`--admin-listen`).
+    pub admin: Option<SocketAddr>,
 }
 
 /// Serves `app(limiter)` on `listen`, and with `grpc` the rate limit
@@ -109,6 +142,7 @@ pub async fn serve(
         listen,
         grpc,
         drain: Duration::ZERO,
+        admin: None,
     };
     let stop = serve_ports(&limiter, &options, Readiness::new()).await?;
     stop.close(&limiter).await;
@@ -187,6 +221,10 @@ async fn serve_ports(
         Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
         None => None,
     };
+    let admin_listener = match options.admin {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
+        None => None,
+    };
     tracing::info!(
         addr = %listener.local_addr()?,
         store = limiter.store().kind(),
@@ -226,7 +264,26 @@ async fn serve_ports(
             },
         )));
     }
-    let app = app_with(limiter.clone(), readiness.clone());
+    let app = match admin_listener {
+        Some(l) => {
+            if let Ok(addr) = l.local_addr() {
+                tracing::info!(%addr, "admin routes (dashboard, /metrics, demo API) listening");
+            }
+            let admin = admin_app(limiter.clone(), readiness.clone());
+            let b = bounds.clone();
+            tasks.push(tokio::spawn(listener::accept_loop(
+                l,
+                "admin",
+                bounds.max_connections,
+                stop_rx.clone(),
+                move |stream, remote, stop| {
+                    conn::http1(stream, remote, admin.clone(), b.clone(), stop)
+                },
+            )));
+            decision_app(limiter.clone(), readiness.clone())
+        }
+        None => app_with(limiter.clone(), readiness.clone()),
+    };
     let b = bounds.clone();
     tasks.push(tokio::spawn(listener::accept_loop(
         listener,
