@@ -213,10 +213,14 @@ where
         let (decision, reservation) = limiter
             .reserve_costs(&identity, &tier, route.as_ref(), cost.as_ref())
             .await;
-        let decision = match answer(&limiter, &options, decision, &identity, &parts) {
+        let mut decision = match answer(&limiter, &options, decision, &identity, &parts) {
             Answer::Refuse(refusal) => return Ok(refusal.get().await),
             Answer::Pass(decision) => decision,
         };
+        // The slot rides with the response body here too: left in the
+        // decision, it would go back with the response head, and a
+        // streamed answer would run without it.
+        let slot = decision.slot.take();
         // Every request that passes gets a meter, so a handler taking
         // `Extension<Meter>` runs when the failure policy let it through
         // too; one without a reservation settles nothing.
@@ -241,6 +245,9 @@ where
         drop(meter);
         headers::insert_families(res.headers_mut(), &decision, options.headers);
         res.extensions_mut().insert(decision);
+        if let Some(slot) = slot {
+            res.extensions_mut().insert(HeldSlot(slot));
+        }
         Ok(res)
     }))
 }
