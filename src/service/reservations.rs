@@ -33,21 +33,21 @@ use tokio::time::Instant;
 use crate::limiter::{Reservation, Settled};
 
 /// Most reservations held at once by one table.
-pub const MAX_HELD: usize = 100_000;
+pub(crate) const MAX_HELD: usize = 100_000;
 /// How long a reservation is held unless the reserve says otherwise.
-pub const DEFAULT_HOLD: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_HOLD: Duration = Duration::from_secs(60);
 /// The longest hold a reserve may ask for.
-pub const MAX_HOLD: Duration = Duration::from_secs(600);
+pub(crate) const MAX_HOLD: Duration = Duration::from_secs(600);
 /// Most settled ids remembered, with their results.
-pub const MAX_SETTLED: usize = 100_000;
+pub(crate) const MAX_SETTLED: usize = 100_000;
 
 /// How each unit of a settled reservation ended, in the reservation's
 /// order.
-pub type Outcome = Arc<Vec<(Arc<str>, Settled)>>;
+pub(crate) type Outcome = Arc<Vec<(Arc<str>, Settled)>>;
 
 /// A reservation's id: 128 random bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ReservationId(u128);
+pub(crate) struct ReservationId(u128);
 
 impl ReservationId {
     fn random() -> Self {
@@ -55,7 +55,7 @@ impl ReservationId {
     }
 
     /// The id written as 32 lowercase hex digits; anything else is `None`.
-    pub fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         let well_formed = s.len() == 32
             && s.bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
@@ -77,11 +77,11 @@ impl fmt::Display for ReservationId {
 #[error(
     "{0} reservations are held, the most this instance holds: settle them, or retry once they expire"
 )]
-pub struct Full(pub usize);
+pub(crate) struct Full(pub(crate) usize);
 
 /// The table of one front end. Cheap to share behind an `Arc`.
 #[derive(Debug)]
-pub struct Reservations {
+pub(crate) struct Reservations {
     table: Arc<Mutex<Table>>,
     cap: usize,
 }
@@ -107,7 +107,7 @@ struct Held {
 
 /// What a settle finds under an id.
 #[derive(Debug)]
-pub enum Lookup {
+pub(crate) enum Lookup {
     /// A held reservation, now taken out: settle it and send the outcome
     /// (to any settle of the same id that waits on it).
     Settle(Reservation, watch::Sender<Option<Outcome>>),
@@ -119,13 +119,13 @@ pub enum Lookup {
 
 /// A slot claimed for one reserve; released when dropped unused.
 #[derive(Debug)]
-pub struct Claim {
+pub(crate) struct Claim {
     table: Arc<Mutex<Table>>,
 }
 
 impl Reservations {
     /// A table holding at most `cap` reservations.
-    pub fn new(cap: usize) -> Self {
+    pub(crate) fn new(cap: usize) -> Self {
         Self {
             table: Arc::default(),
             cap,
@@ -134,7 +134,7 @@ impl Reservations {
 
     /// Claims a slot for one reserve, before its decision: refused while
     /// `cap` reservations are held or being made.
-    pub fn claim(&self) -> Result<Claim, Full> {
+    pub(crate) fn claim(&self) -> Result<Claim, Full> {
         let expired;
         {
             let mut t = self.table.lock();
@@ -152,7 +152,7 @@ impl Reservations {
 
     /// Takes the reservation `id` names out of the table to be settled, or
     /// what its earlier settle found.
-    pub fn take(&self, id: ReservationId) -> Lookup {
+    pub(crate) fn take(&self, id: ReservationId) -> Lookup {
         let now = Instant::now();
         let (lookup, expired) = {
             let mut t = self.table.lock();
@@ -184,7 +184,7 @@ impl Reservations {
 
 impl Claim {
     /// Holds `reservation` for `hold`, under a fresh id.
-    pub fn hold(self, reservation: Reservation, hold: Duration) -> ReservationId {
+    pub(crate) fn hold(self, reservation: Reservation, hold: Duration) -> ReservationId {
         let expires = Instant::now() + hold;
         let mut t = self.table.lock();
         let id = loop {
