@@ -10,7 +10,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use support::{Ratewatch, RedisServer};
 
-/// A refill so slow nothing comes back during a test.
+/// The `[rls] token` of the test that sets one (sent by every request,
+/// ignored where none is set).
+const TOKEN: &str = "wire-units-token-0123456789";
+
+/// Refills so slow nothing comes back during a test.
 const POLICY: &str = r#"
 [identity]
 hash_secret = "wire-units-test-secret-0123456789"
@@ -38,6 +42,11 @@ struct Server {
 
 impl Server {
     fn start(redis: bool) -> Self {
+        Self::start_with(redis, "")
+    }
+
+    /// [`Server::start`] with `extra` added to the policy.
+    fn start_with(redis: bool, extra: &str) -> Self {
         let redis = redis.then(RedisServer::start);
         let store = match &redis {
             Some(r) => format!(
@@ -46,7 +55,7 @@ impl Server {
             ),
             None => String::new(),
         };
-        let policy = support::policy_file(&format!("{store}{POLICY}"));
+        let policy = support::policy_file(&format!("{store}{extra}{POLICY}"));
         let rw = Ratewatch::start("serve", Some(policy.path()), &[]);
         Self {
             rw,
@@ -61,10 +70,15 @@ impl Server {
     }
 
     async fn post_raw(&self, path: &str, body: String) -> (u16, Value) {
+        self.post_as(path, body, TOKEN).await
+    }
+
+    async fn post_as(&self, path: &str, body: String, token: &str) -> (u16, Value) {
         let r = self
             .http
             .post(format!("{}{path}", self.rw.url()))
             .header("content-type", "application/json")
+            .bearer_auth(token)
             .body(body)
             .send()
             .await
@@ -326,4 +340,26 @@ async fn hostile_settle(s: Server) {
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["settled"][0]["outcome"], "refunded");
     assert_eq!(s.left("free_victim").await, (9, 1000));
+}
+
+#[tokio::test]
+async fn settle_answers_only_the_callers_decide_answers() {
+    let s = Server::start_with(false, &format!("[rls]\ntoken = \"{TOKEN}\"\n"));
+    let (status, v) = s
+        .decide(json!({"key": "free_s", "costs": {"tokens": 500}, "reserve": true}))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let id = v["reservation"].as_str().expect("a reservation").to_owned();
+    let body = json!({"reservation": id, "used": {"tokens": 0}}).to_string();
+    for wrong in ["", "wire-units-token-0123456788"] {
+        let (status, v) = s.post_as("/v1/settle", body.clone(), wrong).await;
+        assert_eq!(status, 401, "{wrong:?}: {v}");
+    }
+    let (status, v) = s.post_as("/v1/settle", body, TOKEN).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        s.left("free_s").await,
+        (9, 1000),
+        "settled once, by the owner"
+    );
 }
