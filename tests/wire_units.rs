@@ -150,6 +150,8 @@ on_both_stores! {
         => unknown_fields;
     a_client_without_the_id_cannot_settle_another_clients_reservation
         => hostile_settle;
+    settles_of_one_id_sent_at_once_settle_it_once_and_all_answer_alike
+        => concurrent_settles;
 }
 
 async fn costs_charge_each_limit_in_its_unit(s: Server) {
@@ -362,4 +364,28 @@ async fn settle_answers_only_the_callers_decide_answers() {
         (9, 1000),
         "settled once, by the owner"
     );
+}
+
+async fn concurrent_settles(s: Server) {
+    let (_, v) = s
+        .decide(json!({"key": "free_c", "costs": {"tokens": 800}, "reserve": true}))
+        .await;
+    let id = v["reservation"].as_str().expect("a reservation").to_owned();
+    // Each claims a different usage; exactly one of them is settled.
+    let answers = futures_util::future::join_all(
+        (0..8u64).map(|i| s.settle(&id, json!({"tokens": 100 * i}))),
+    )
+    .await;
+    let first = &answers[0].1;
+    for (status, v) in &answers {
+        assert_eq!(*status, 200, "{v}");
+        assert_eq!(v, first, "every settle answers the one result");
+    }
+    let settled = &first["settled"][0];
+    let used = match settled["outcome"].as_str() {
+        Some("refunded") => 800 - settled["units"].as_u64().unwrap(),
+        Some("exact") => 800,
+        other => panic!("{other:?}: {first}"),
+    };
+    assert_eq!(s.left("free_c").await, (9, 1000 - used));
 }
