@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Ratewatch, RedisServer};
+use support::{Ratewatch, RedisServer, eventually};
 
 /// The `[rls] token` of the test that sets one (sent by every request,
 /// ignored where none is set).
@@ -388,4 +388,95 @@ async fn concurrent_settles(s: Server) {
         other => panic!("{other:?}: {first}"),
     };
     assert_eq!(s.left("free_c").await, (9, 1000 - used));
+}
+
+/// `ratewatch serve` with its shipped policy (the memory store).
+fn shipped() -> Server {
+    let rw = Ratewatch::start("serve", None, &[]);
+    Server {
+        rw,
+        http: reqwest::Client::new(),
+        _redis: None,
+        _policy: support::policy_file(""),
+    }
+}
+
+impl Server {
+    async fn complete(&self, key: &str, body: Value) -> reqwest::Response {
+        self.http
+            .post(format!("{}/api/complete", self.rw.url()))
+            .header("x-api-key", key)
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("the server answers")
+    }
+
+    /// Tokens left on `/api/complete` for `key`, charging nothing.
+    async fn tokens_left(&self, key: &str) -> u64 {
+        let (status, v) = self
+            .decide(json!({"key": key, "route": "/api/complete", "method": "POST", "peek": true}))
+            .await;
+        assert_eq!(status, 200, "{v}");
+        remaining(&v, "tpm")
+    }
+}
+
+fn header(r: &reqwest::Response, name: &str) -> String {
+    r.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn the_demo_completion_reserves_max_tokens_and_settles_used_tokens() {
+    let s = shipped();
+    let r = s
+        .complete("free_c1", json!({"max_tokens": 3000, "used_tokens": 500}))
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-ratelimit-remaining-tokens"), "7000");
+    drop(r);
+    eventually(
+        Duration::from_secs(10),
+        "2500 tokens given back",
+        || async { (s.tokens_left("free_c1").await == 9500).then_some(()) },
+    )
+    .await;
+    // A completion that can never fit is refused, charging nothing.
+    let r = s.complete("free_c1", json!({"max_tokens": 20000})).await;
+    assert_eq!(r.status(), 429);
+    assert_eq!(s.tokens_left("free_c1").await, 9500);
+    for bad in [
+        json!({"max_tokens": "x"}),
+        json!({"max_tokens": 1, "ms": 10001}),
+    ] {
+        let r = s.complete("free_c1", bad.clone()).await;
+        assert_eq!(r.status(), 400, "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn a_streamed_completion_holds_its_stream_slot_until_its_body_ends() {
+    let s = shipped();
+    let stream = s
+        .complete(
+            "free_c2",
+            json!({"max_tokens": 10, "stream": true, "ms": 3000}),
+        )
+        .await;
+    assert_eq!(stream.status(), 200, "the head comes at once");
+    let r = s.complete("free_c2", json!({"max_tokens": 10})).await;
+    assert_eq!(r.status(), 429, "the free plan streams one at a time");
+    let refusal: Value = r.json().await.unwrap();
+    assert_eq!(refusal["limit"], "streams", "{refusal}");
+    let body = stream.text().await.expect("the stream ends");
+    assert!(body.contains("\"used_tokens\":10"), "{body}");
+    eventually(Duration::from_secs(10), "the slot comes back", || async {
+        let r = s.complete("free_c2", json!({"max_tokens": 10})).await;
+        (r.status() == 200).then_some(())
+    })
+    .await;
 }

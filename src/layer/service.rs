@@ -217,6 +217,9 @@ where
             Answer::Refuse(refusal) => return Ok(refusal.get().await),
             Answer::Pass(decision) => decision,
         };
+        // The slot rides with the response body, as on the unmetered path.
+        let mut decision = decision;
+        let slot = decision.slot.take();
         // Every request that passes gets a meter, so a handler taking
         // `Extension<Meter>` runs when the failure policy let it through
         // too; one without a reservation settles nothing.
@@ -241,6 +244,9 @@ where
         drop(meter);
         headers::insert_families(res.headers_mut(), &decision, options.headers);
         res.extensions_mut().insert(decision);
+        if let Some(slot) = slot {
+            res.extensions_mut().insert(HeldSlot(slot));
+        }
         Ok(res)
     }))
 }

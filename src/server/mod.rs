@@ -7,6 +7,7 @@
 //! socket; [`serve`] binds it.
 
 mod client_logs;
+mod complete;
 mod demo;
 mod slow;
 
@@ -23,16 +24,20 @@ use crate::Limiter;
 
 /// The server's router: `GET /api/users`, `POST /api/data`,
 /// `POST /api/export`, `GET /api/slow?ms=N` (answers after N ms, N at
-/// most 10,000; `&stream=true` streams) behind the limiter; `GET /api/ratelimit/status`
+/// most 10,000; `&stream=true` streams), `POST /api/complete` (a pretend
+/// model completion metered in tokens) behind the limiter; `GET /api/ratelimit/status`
 /// (reports quota without consuming), `GET /health` (never limited);
-/// `POST /json` and `POST /v1/decide` (loopback or `[rls] token` only).
+/// `POST /json`, `POST /v1/decide` and `POST /v1/settle` (loopback or
+/// `[rls] token` only).
 pub fn app(limiter: Limiter) -> Router {
     let api = Router::new()
         .route("/api/users", get(demo::users))
         .route("/api/data", post(demo::data))
         .route("/api/export", post(demo::export))
         .route("/api/slow", get(slow::slow))
-        .layer(limiter.layer());
+        .route("/api/complete", post(complete::complete))
+        .layer(limiter.layer())
+        .layer(limiter.body_costs_layer());
     let router = Router::new()
         .merge(api)
         .route("/api/ratelimit/status", get(limiter.status_handler()))
