@@ -32,9 +32,6 @@ pub(crate) fn settings(
             grpc_listen = %p.grpc_listen,
             "serving envoyproxy/ratelimit's environment"
         );
-        if p.json_logs {
-            tracing::warn!("LOG_FORMAT=json: set RATEWATCH_LOG_FORMAT=json for JSON logs");
-        }
     }
     Ok(peer)
 }

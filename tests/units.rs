@@ -999,3 +999,45 @@ path = "/v1/chat"
         assert!(err.contains("p.toml:19") && err.contains("equals"), "{err}");
     }
 }
+
+#[test]
+fn units_charged_refunded_and_settled_are_counted_per_tier_and_unit() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let limiter = Limiter::new(policy(StoreSettings::default()))
+                    .await
+                    .unwrap();
+                let who = caller("free_m");
+                let (_, r) = limiter
+                    .reserve_costs(&who, "free", None, &tokens(300))
+                    .await;
+                let settled = r.unwrap().settle_costs(&tokens(100)).await;
+                assert_eq!(settled[0].1, Settled::Refunded(200));
+                let (_, r) = limiter.reserve_costs(&who, "free", None, &tokens(10)).await;
+                assert_eq!(r.unwrap().settle(60).await, Settled::Charged(50));
+            });
+    });
+    let text = handle.render();
+    for line in [
+        r#"ratewatch_units_charged_total{tier="free",unit="tokens"} 310"#,
+        r#"ratewatch_units_charged_total{tier="free",unit="requests"} 2"#,
+        r#"ratewatch_units_refunded_total{tier="free",unit="tokens"} 200"#,
+        r#"ratewatch_units_settled_total{tier="free",unit="tokens"} 50"#,
+        // Every tier's units exist at zero from the start.
+        r#"ratewatch_units_settled_total{tier="free",unit="requests"} 0"#,
+        r#"ratewatch_units_charged_total{tier="anonymous",unit="requests"} 0"#,
+    ] {
+        assert!(text.contains(line), "{line} in\n{text}");
+    }
+    // Labels come from the policy: no tier has a unit it does not count.
+    assert!(
+        !text.contains(r#"tier="anonymous",unit="tokens""#),
+        "{text}"
+    );
+}

@@ -1,5 +1,8 @@
-//! Who may see the dashboard: loopback clients unless `allow_remote`, and
-//! only with the bearer token when one is configured.
+//! Who may see the dashboard: callers on this host
+//! ([`local_caller`](crate::layer::local_caller)) unless `allow_remote`,
+//! and only with the bearer token when one is configured. A proxy on this
+//! host outside `trusted_proxies` is not a local caller: it is refused
+//! unless a token is configured (which it must then send).
 //!
 //! A browser may come once with `?token=`: it is answered with a redirect
 //! to the same URL without the token, setting a cookie that holds a random
@@ -8,14 +11,13 @@
 //! trusted proxy says it did.
 
 use std::collections::VecDeque;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{OriginalUri, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use http::{HeaderMap, StatusCode, header};
+use http::{StatusCode, header};
 use parking_lot::Mutex;
 
 use crate::Limiter;
@@ -102,8 +104,19 @@ fn admit(g: &Guard, req: &Request) -> Option<Response> {
     let peer = crate::identity::peer_ip(req.extensions()).map(|ip| ip.to_canonical());
     let via_proxy = peer.is_some_and(|p| trusted.iter().any(|n| n.contains(&p)));
     if !settings.allow_remote {
-        if let Err(why) = loopback_client(trusted, req.headers(), peer, via_proxy) {
-            return Some((StatusCode::FORBIDDEN, why).into_response());
+        match crate::layer::local_caller(trusted, req.headers(), peer) {
+            Ok(()) => {}
+            // A proxy on this host may bring remote users to a dashboard
+            // that requires the token: the token decides, below.
+            Err(crate::layer::NotLocal::UntrustedProxy) if settings.token.is_some() => {}
+            Err(why) => {
+                let message = format!(
+                    "the dashboard answers callers on this host only (set [dashboard] \
+                     allow_remote = true, or a token to serve it through a proxy): {}",
+                    why.reason()
+                );
+                return Some((StatusCode::FORBIDDEN, message).into_response());
+            }
         }
     }
     let Some(token) = &settings.token else {
@@ -168,33 +181,6 @@ fn admit(g: &Guard, req: &Request) -> Option<Response> {
         http::HeaderValue::from_static("no-store"),
     );
     Some(res)
-}
-
-/// Whether the client is on this host. Behind a trusted proxy the client is
-/// the forwarded one; a trusted proxy that forwards no client leaves it
-/// unknown (its own loopback address says nothing about who is behind it).
-fn loopback_client(
-    trusted: &[crate::policy::IpNet],
-    headers: &HeaderMap,
-    peer: Option<IpAddr>,
-    via_proxy: bool,
-) -> Result<(), &'static str> {
-    if via_proxy && !headers.contains_key("x-forwarded-for") {
-        return Err(
-            "the dashboard answers loopback clients only, and this request came from a trusted \
-             proxy that did not say who the client is (no X-Forwarded-For)",
-        );
-    }
-    let client = crate::identity::client_ip(trusted, headers, peer)
-        .ok()
-        .flatten()
-        .map(|ip| ip.to_canonical());
-    if client.is_some_and(|ip| ip.is_loopback()) {
-        Ok(())
-    } else {
-        Err("the dashboard answers loopback clients only (serve with \
-             into_make_service_with_connect_info, or set [dashboard] allow_remote = true)")
-    }
 }
 
 /// TLS on this hop (an `https` request URI), or a trusted proxy saying the

@@ -102,7 +102,7 @@ pub use body::RefusalBody;
 pub use body_costs::{BodyCostsLayer, BodyCostsService};
 pub use future::ResponseFuture;
 pub use headers::HeaderFamilies;
-pub use peer::PeerAddr;
+pub use peer::{FORWARDING_HEADERS, NotLocal, PeerAddr, local_caller};
 pub use response::Refusal;
 pub use response_body::ResponseBody;
 pub use service::RateLimit;

@@ -47,3 +47,86 @@ where
         self(extensions)
     }
 }
+
+/// Headers by which a proxy names the client it forwards for.
+pub const FORWARDING_HEADERS: [&str; 3] = ["forwarded", "x-forwarded-for", "x-real-ip"];
+
+/// Why a request does not come from a caller on this host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NotLocal {
+    /// The server recorded no peer address.
+    UnknownPeer,
+    /// The peer (or the client a trusted proxy named) is not loopback.
+    Remote,
+    /// A peer outside `trusted_proxies` forwarded the request for someone
+    /// else (it sent `Forwarded`, `X-Forwarded-For` or `X-Real-IP`): a
+    /// proxy on this host, not a local caller.
+    UntrustedProxy,
+    /// A trusted proxy did not name the client in `X-Forwarded-For`.
+    ProxyNamedNoClient,
+}
+
+impl NotLocal {
+    /// What the refusal says.
+    pub fn reason(self) -> &'static str {
+        match self {
+            NotLocal::UnknownPeer => "the peer address is unknown",
+            NotLocal::Remote => "the client is not on this host",
+            NotLocal::UntrustedProxy => {
+                "the request was forwarded (Forwarded, X-Forwarded-For or X-Real-IP) by a peer \
+                 that is not in [identity] trusted_proxies"
+            }
+            NotLocal::ProxyNamedNoClient => {
+                "the request came from a trusted proxy that did not say who the client is \
+                 (no X-Forwarded-For)"
+            }
+        }
+    }
+}
+
+/// Whether a request comes from a caller on this host: the one judgement
+/// behind every endpoint that answers loopback callers only (the decision
+/// endpoints, the dashboard).
+///
+/// A loopback peer that forwards the request for someone else is a proxy,
+/// not a local caller, unless it is one of `trusted` proxies: then the
+/// client it names in `X-Forwarded-For` is judged instead.
+///
+/// ```
+/// use ratewatch::layer::{NotLocal, local_caller};
+/// let mut h = http::HeaderMap::new();
+/// let lo = Some("127.0.0.1".parse().unwrap());
+/// assert_eq!(local_caller(&[], &h, lo), Ok(()));
+/// h.insert("x-real-ip", "203.0.113.9".parse().unwrap());
+/// assert_eq!(local_caller(&[], &h, lo), Err(NotLocal::UntrustedProxy));
+/// ```
+pub fn local_caller(
+    trusted: &[crate::policy::IpNet],
+    headers: &http::HeaderMap,
+    peer: Option<std::net::IpAddr>,
+) -> Result<(), NotLocal> {
+    let peer = peer
+        .map(|p| p.to_canonical())
+        .ok_or(NotLocal::UnknownPeer)?;
+    let via_trusted = crate::policy::settings_ip_in(trusted, peer);
+    let forwarded = FORWARDING_HEADERS.iter().any(|h| headers.contains_key(*h));
+    let client = if via_trusted {
+        if !headers.contains_key("x-forwarded-for") {
+            return Err(NotLocal::ProxyNamedNoClient);
+        }
+        crate::identity::client_ip(trusted, headers, Some(peer))
+            .ok()
+            .flatten()
+            .ok_or(NotLocal::ProxyNamedNoClient)?
+    } else if forwarded {
+        return Err(NotLocal::UntrustedProxy);
+    } else {
+        peer
+    };
+    if client.to_canonical().is_loopback() {
+        Ok(())
+    } else {
+        Err(NotLocal::Remote)
+    }
+}

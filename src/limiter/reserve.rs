@@ -206,9 +206,29 @@ impl Limiter {
         decision: &Decision,
         explicit: bool,
     ) {
-        if explicit && !p.peek && decision.allowed && decision.state_known() && p.cost > 0 {
+        if p.peek || !decision.allowed || !decision.state_known() {
+            return;
+        }
+        if explicit && p.cost > 0 {
             let route = route_label(live, p.route);
             crate::telemetry::cost::charged_at_decision(&decision.tier, &route, p.cost);
+        }
+        // Per unit where units are in play: the one-unit path counts nothing more.
+        if !(explicit || p.per_unit) {
+            return;
+        }
+        let mut seen: smallvec::SmallVec<[&str; 4]> = smallvec::SmallVec::new();
+        for ((item, limit), report) in p.items.iter().zip(&p.limits).zip(&decision.limits) {
+            let units = item.cost.unwrap_or(p.cost);
+            if item.algorithm.is_concurrency()
+                || !report.allowed
+                || units == 0
+                || seen.contains(&limit.unit.as_ref())
+            {
+                continue;
+            }
+            seen.push(&limit.unit);
+            crate::telemetry::cost::units_charged(&decision.tier, &limit.unit, units);
         }
     }
 

@@ -114,6 +114,10 @@ impl Reservation {
             _ => 0,
         };
         crate::telemetry::cost::settled(&self.tier, &self.route, outcome, units);
+        if let Settled::Charged(n) | Settled::Refunded(n) = settled {
+            let refunded = matches!(settled, Settled::Refunded(_));
+            crate::telemetry::cost::units_settled(&self.tier, &u.unit, refunded, n);
+        }
         settled
     }
 }

@@ -22,6 +22,7 @@ pub struct PolicyBuilder {
     partition: Option<f64>,
     version: Option<String>,
     rls: crate::policy::rls::RlsSettings,
+    server: crate::policy::ServerSettings,
 }
 
 impl PolicyBuilder {
@@ -58,6 +59,12 @@ impl PolicyBuilder {
     /// Sets the telemetry settings.
     pub fn telemetry(mut self, telemetry: TelemetrySettings) -> Self {
         self.telemetry = telemetry;
+        self
+    }
+
+    /// Sets the `[server]` bounds of `ratewatch serve`'s listeners.
+    pub fn server(mut self, server: crate::policy::ServerSettings) -> Self {
+        self.server = server;
         self
     }
 
@@ -108,6 +115,7 @@ impl PolicyBuilder {
             partition,
             version: self.version,
             rls: self.rls,
+            server: self.server,
         };
         policy.validate()?;
         if partition < 1.0 {

@@ -12,6 +12,7 @@ mod rls;
 mod rule_files;
 mod rules;
 mod sections;
+mod server;
 
 pub(crate) use file::{
     FileKind, Fingerprint, PolicyFile, ReadError, read_named_file, read_policy_file,
@@ -23,7 +24,7 @@ pub(crate) use rule_files::expand as expand_rule_entry;
 use reader::{Source, Table};
 
 /// Top-level keys of a policy file.
-const TOP_LEVEL: [&str; 11] = [
+const TOP_LEVEL: [&str; 12] = [
     "version",
     "partition",
     "store",
@@ -35,6 +36,7 @@ const TOP_LEVEL: [&str; 11] = [
     "tiers",
     "routes",
     "rls",
+    "server",
 ];
 
 /// Why a policy could not be loaded.
@@ -145,7 +147,8 @@ impl Policy {
             .telemetry(sections::telemetry(root.table("telemetry")?)?)
             .dashboard(sections::dashboard(root.table("dashboard")?)?)
             .leases(sections::leases(root.table("leases")?)?)
-            .rls(rls);
+            .rls(rls)
+            .server(server::server(root.table("server")?)?);
         if let Some(version) = root.str("version")? {
             builder = builder.version(version);
         }

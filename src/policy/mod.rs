@@ -22,6 +22,7 @@ mod limit;
 pub mod peer_env;
 pub mod rls;
 mod route;
+mod server;
 mod settings;
 pub mod shares;
 mod tier;
@@ -43,6 +44,7 @@ pub use limit::{Limit, MAX_UNIT_LEN, REQUESTS, Scope, check_unit};
 pub use route::{
     Condition, CostEstimate, DEFAULT_MAX_BODY_BYTES, EstimateSource, RouteRule, path_matches,
 };
+pub use server::{GRPC_SEND_BUFFER, ServerSettings};
 pub use settings::{
     AnonymousMode, BreakerSettings, DEFAULT_IPV6_PREFIX, DEFAULT_MAX_ENTRIES, DEFAULT_REDIS_URL,
     DashboardSettings, FailurePolicy, HashSecret, IdentitySettings, IpNet, KeyDisplay,
@@ -80,6 +82,8 @@ pub struct Policy {
     /// `[rls]`: the descriptor domains of the decision service (empty by
     /// default).
     pub rls: rls::RlsSettings,
+    /// `[server]`: the bounds of `ratewatch serve`'s listeners.
+    pub server: ServerSettings,
 }
 
 impl Policy {

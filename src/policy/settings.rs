@@ -39,7 +39,7 @@ pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// A hash-table slot takes 65 bytes and, under the churn of evictions, a
 /// table keeps at least half its slots free, so each of the 64 shards'
 /// 27,343 entries sits in a table of 65,536 slots: about 270 MB at the cap
-/// whatever identities clients invent (see the README's memory figures).
+/// whatever identities clients invent (see docs/redis-memory.md and docs/stores.md).
 pub const DEFAULT_MAX_ENTRIES: usize = 1_750_000;
 
 /// Bounds of `[store] max_entries`: below a thousand entries the cap would

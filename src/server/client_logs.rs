@@ -28,6 +28,7 @@ pub const CLIENT_LOG_EVERY: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct ClientLogGate {
     every: Duration,
+    json: bool,
     held: Mutex<HashMap<String, (Instant, u64)>>,
 }
 
@@ -36,8 +37,16 @@ impl ClientLogGate {
     pub fn new(every: Duration) -> Self {
         Self {
             every,
+            json: false,
             held: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// With `json`, the line counting what was held back is a JSON object
+    /// like every other line of `RATEWATCH_LOG_FORMAT=json`.
+    pub fn json(mut self, json: bool) -> Self {
+        self.json = json;
+        self
     }
 
     /// Whether a line about `node` may go at `now`; `Some(n)` when it may,
@@ -140,10 +149,27 @@ impl<S> Filter<S> for ClientLogGate {
                 // the count goes straight to the log output (stderr).
                 let mut time = String::new();
                 let _ = SystemTime.format_time(&mut Writer::new(&mut time));
-                eprintln!(
-                    "{time}  WARN ratewatch::store: held back {held_back} Redis client library warnings about {node} in the last {:?} node={node} suppressed={held_back}",
+                let message = format!(
+                    "held back {held_back} Redis client library warnings about {node} in the last {:?}",
                     self.every
                 );
+                if self.json {
+                    eprintln!(
+                        "{}",
+                        serde_json::json!({
+                            "timestamp": time,
+                            "level": "WARN",
+                            "target": "ratewatch::store",
+                            "message": message,
+                            "node": node,
+                            "suppressed": held_back,
+                        })
+                    );
+                } else {
+                    eprintln!(
+                        "{time}  WARN ratewatch::store: {message} node={node} suppressed={held_back}"
+                    );
+                }
                 true
             }
         }

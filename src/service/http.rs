@@ -1,10 +1,12 @@
 //! The HTTP front end on the `--listen` port: `POST /json` and
 //! `POST /v1/decide`.
 //!
-//! Both answer loopback clients only, unless `[rls] token` is set: then
-//! every caller, loopback or not, must send `Authorization: Bearer
-//! <token>` (compared in constant time). A trusted proxy's
-//! `X-Forwarded-For` names the client, as for the dashboard.
+//! Both answer callers on this host only ([`local_caller`]), unless
+//! `[rls] token` is set: then every caller, loopback or not, must send
+//! `Authorization: Bearer <token>` (compared in constant time). A trusted
+//! proxy's `X-Forwarded-For` names the client, as for the dashboard; a
+//! loopback peer outside `trusted_proxies` that forwards for someone else
+//! is refused.
 //!
 //! `POST /json` takes a `RateLimitRequest` as proto3 JSON and answers the
 //! `RateLimitResponse` as proto3 JSON: 200 when OK, 429 when OVER_LIMIT,
@@ -16,8 +18,8 @@
 //! the middleware. A key decision may name its cost per unit (`"costs":
 //! {"tokens": N}`) and hold what it charged (`"reserve": true`): the
 //! answer then names a reservation that `POST /v1/settle` settles with
-//! what the request really used (see [`super::reservations`]; a
-//! reservation lives in the process that made it).
+//! what the request really used (a reservation lives in the process
+//! that made it).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,8 +38,9 @@ use super::decide::{RateLimitService, RlsError};
 use super::json::{request_from_json, response_to_json};
 use super::request::{RlsDescriptor, RlsRequest};
 use super::reservations::{self, Lookup, Outcome, ReservationId, Reservations};
-use crate::identity::{Identity, IdentityKind, client_ip, peer_ip};
+use crate::identity::{Identity, IdentityKind, peer_ip};
 use crate::layer::headers;
+use crate::layer::local_caller;
 use crate::limiter::Settled;
 use crate::limiter::group_decision;
 use crate::telemetry::rls as m;
@@ -100,19 +103,17 @@ fn refuse(service: &RateLimitService, req: &Request, api: &'static str) -> Optio
             ),
         };
     }
-    let trusted = &policy.identity.trusted_proxies;
-    let peer = peer_ip(req.extensions()).map(|ip| ip.to_canonical());
-    let client = client_ip(trusted, req.headers(), peer)
-        .ok()
-        .flatten()
-        .map(|ip| ip.to_canonical());
-    if client.is_some_and(|ip| ip.is_loopback()) {
-        None
-    } else {
-        bad(
-            StatusCode::FORBIDDEN,
-            "this endpoint answers loopback clients only unless [rls] token is set",
-        )
+    let peer = peer_ip(req.extensions());
+    match local_caller(&policy.identity.trusted_proxies, req.headers(), peer) {
+        Ok(()) => None,
+        Err(why) => {
+            m::record_error(api, "unauthorized");
+            let message = format!(
+                "this endpoint answers callers on this host only unless [rls] token is set: {}",
+                why.reason()
+            );
+            Some((StatusCode::FORBIDDEN, Json(json!({"error": message}))).into_response())
+        }
     }
 }
 

@@ -20,8 +20,22 @@ pub const SETTLES_TOTAL: &str = "ratewatch_settles_total";
 /// `refunded`): counter {tier, route, direction}.
 pub const SETTLED_UNITS_TOTAL: &str = "ratewatch_settled_units_total";
 
+/// Units admitted requests were charged at their decision, per unit,
+/// where some limit counted a unit of its own or the request named its
+/// costs: counter {tier, unit}.
+pub const UNITS_CHARGED_TOTAL: &str = "ratewatch_units_charged_total";
+/// Units settles gave back to reservations (used less than reserved, or
+/// refused downstream): counter {tier, unit}.
+pub const UNITS_REFUNDED_TOTAL: &str = "ratewatch_units_refunded_total";
+/// Units settles charged beyond reservations (used more than reserved):
+/// counter {tier, unit}.
+pub const UNITS_SETTLED_TOTAL: &str = "ratewatch_units_settled_total";
+
 /// Label: `charged` or `refunded`.
 pub const LABEL_DIRECTION: &str = "direction";
+/// Label: the unit a limit counts (`requests`, `tokens`, ...: from the
+/// policy, never from a request).
+pub const LABEL_UNIT: &str = "unit";
 
 /// The `outcome` values of [`SETTLES_TOTAL`].
 pub const SETTLE_OUTCOMES: [&str; 4] = ["charged", "refunded", "failed", "stale"];
@@ -40,6 +54,18 @@ pub fn describe() {
         SETTLED_UNITS_TOTAL,
         "Units settles charged beyond a reservation or gave back to it."
     );
+    describe_counter!(
+        UNITS_CHARGED_TOTAL,
+        "Units admitted requests were charged at their decision, per unit (requests, tokens, ...)."
+    );
+    describe_counter!(
+        UNITS_REFUNDED_TOTAL,
+        "Units settles gave back to reservations, per unit: used less than reserved, or refused downstream."
+    );
+    describe_counter!(
+        UNITS_SETTLED_TOTAL,
+        "Units settles charged beyond reservations, per unit: used more than reserved."
+    );
 }
 
 /// Makes every cost family exist at zero, for each tier on route `*`.
@@ -56,7 +82,46 @@ pub fn register_at_zero(policy: &Policy) {
             counter!(SETTLED_UNITS_TOTAL, LABEL_TIER => t.clone(), LABEL_ROUTE => "*", LABEL_DIRECTION => d)
                 .increment(0);
         }
+        let mut units: Vec<&str> = Vec::new();
+        let limits = tier.limits.iter().chain(
+            policy
+                .routes
+                .iter()
+                .flat_map(|r| &r.limits)
+                .filter(|l| l.applies_to(&tier.name)),
+        );
+        for l in limits {
+            if !units.contains(&l.unit.as_str()) {
+                units.push(&l.unit);
+            }
+        }
+        for unit in units {
+            for family in [
+                UNITS_CHARGED_TOTAL,
+                UNITS_REFUNDED_TOTAL,
+                UNITS_SETTLED_TOTAL,
+            ] {
+                counter!(family, LABEL_TIER => t.clone(), LABEL_UNIT => unit.to_owned())
+                    .increment(0);
+            }
+        }
     }
+}
+
+/// An admitted request charged `units` of `unit` at its decision.
+pub(crate) fn units_charged(tier: &str, unit: &str, units: u64) {
+    counter!(UNITS_CHARGED_TOTAL, LABEL_TIER => tier.to_owned(), LABEL_UNIT => unit.to_owned())
+        .increment(units);
+}
+
+/// A settle gave back (`refunded`) or charged `units` of `unit`.
+pub(crate) fn units_settled(tier: &str, unit: &str, refunded: bool, units: u64) {
+    let family = if refunded {
+        UNITS_REFUNDED_TOTAL
+    } else {
+        UNITS_SETTLED_TOTAL
+    };
+    counter!(family, LABEL_TIER => tier.to_owned(), LABEL_UNIT => unit.to_owned()).increment(units);
 }
 
 /// An admitted request charged `units` at its decision.

@@ -582,6 +582,26 @@ impl Ratewatch {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits up to `within` for the process to exit: its exit status, or
+    /// `None` if it is still running.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// SIGTERM, then waits for the graceful shutdown (which flushes telemetry).
     pub fn stop(mut self) {
         let _ = Command::new("kill")
