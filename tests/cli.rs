@@ -95,7 +95,7 @@ fn check_config_accepts_the_built_in_policy() {
         .unwrap();
     assert!(out.status.success());
     let said = String::from_utf8_lossy(&out.stdout);
-    assert!(said.contains("ok (4 tiers, 3 routes)"), "{said}");
+    assert!(said.contains("ok (4 tiers, 4 routes)"), "{said}");
 }
 
 #[test]

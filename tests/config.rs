@@ -99,7 +99,23 @@ fn demo_policy_loads_with_its_tiers_routes_and_limits() {
             hold_us: 30_000_000
         }
     );
-    assert_eq!(policy.routes.len(), 3);
+    let complete = policy
+        .route_for("POST", "/api/complete")
+        .expect("complete route");
+    let units: Vec<(&str, &str, Option<&str>)> = complete
+        .limits
+        .iter()
+        .map(|l| (l.name.as_str(), l.unit.as_str(), l.tier.as_deref()))
+        .collect();
+    assert!(
+        units.contains(&("tpm", "tokens", Some("free"))),
+        "{units:?}"
+    );
+    assert!(
+        units.contains(&("streams", "requests", Some("pro"))),
+        "{units:?}"
+    );
+    assert_eq!(policy.routes.len(), 4);
 }
 
 #[test]

@@ -8,6 +8,7 @@
 
 mod body;
 mod client_logs;
+mod complete;
 mod conn;
 mod demo;
 mod grpc;
@@ -32,10 +33,11 @@ use crate::Limiter;
 
 /// The server's router: `GET /api/users`, `POST /api/data`,
 /// `POST /api/export`, `GET /api/slow?ms=N` (answers after N ms, N at
-/// most 10,000; `&stream=true` streams) behind the limiter; `GET /api/ratelimit/status`
+/// most 10,000; `&stream=true` streams), `POST /api/complete` (a pretend
+/// model completion metered in tokens) behind the limiter; `GET /api/ratelimit/status`
 /// (reports quota without consuming), `GET /health` (liveness, never
 /// limited), `GET /ready` and `GET /healthcheck` (readiness, see
-/// [`Readiness`]); `POST /json` and `POST /v1/decide` (loopback or
+/// [`Readiness`]); `POST /json`, `POST /v1/decide` and `POST /v1/settle` (loopback or
 /// `[rls] token` only).
 pub fn app(limiter: Limiter) -> Router {
     app_with(limiter, Readiness::new())
@@ -83,7 +85,9 @@ fn routes(limiter: Limiter, readiness: Readiness, decision: bool) -> Router {
         .route("/api/data", post(demo::data))
         .route("/api/export", post(demo::export))
         .route("/api/slow", get(slow::slow))
-        .layer(limiter.layer());
+        .route("/api/complete", post(complete::complete))
+        .layer(limiter.layer())
+        .layer(limiter.body_costs_layer());
     let mut router = Router::new()
         .merge(api)
         .route("/api/ratelimit/status", get(limiter.status_handler()))

@@ -15,13 +15,19 @@
 //!
 //! `POST /v1/decide` takes ratewatch's own request (see the README,
 //! "Decision service API") and answers with the same rate-limit headers as
-//! the middleware.
+//! the middleware. A key decision may name its cost per unit (`"costs":
+//! {"tokens": N}`) and hold what it charged (`"reserve": true`): the
+//! answer then names a reservation that `POST /v1/settle` settles with
+//! what the request really used (a reservation lives in the process
+//! that made it).
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Request, State};
+use axum::extract::{FromRef, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http::{HeaderMap, StatusCode, header};
@@ -31,22 +37,47 @@ use serde_json::json;
 use super::decide::{RateLimitService, RlsError};
 use super::json::{request_from_json, response_to_json};
 use super::request::{RlsDescriptor, RlsRequest};
-use crate::Decision;
+use super::reservations::{self, Lookup, Outcome, ReservationId, Reservations};
 use crate::identity::{Identity, IdentityKind, peer_ip};
 use crate::layer::headers;
 use crate::layer::local_caller;
+use crate::limiter::Settled;
 use crate::limiter::group_decision;
 use crate::telemetry::rls as m;
+use crate::{Costs, Decision};
 
 /// Largest request body read (a RateLimitRequest is small).
 const MAX_BODY: usize = 64 * 1024;
 
-/// `POST /json` and `POST /v1/decide`, for any router state.
+/// Most units one request names in `costs` or `used`.
+const MAX_UNITS: usize = 16;
+
+/// `POST /json`, `POST /v1/decide` and `POST /v1/settle`, for any router
+/// state. The reservations of `/v1/decide` are held by these routes, in
+/// this process.
 pub fn routes<S: Clone + Send + Sync + 'static>(service: RateLimitService) -> Router<S> {
+    let state = HttpState {
+        service,
+        reservations: Arc::new(Reservations::new(reservations::MAX_HELD)),
+    };
     Router::new()
         .route("/json", post(json_handler))
         .route("/v1/decide", post(decide_handler))
-        .with_state(service)
+        .route("/v1/settle", post(settle_handler))
+        .with_state(state)
+}
+
+/// The routes' state: the service and the reservations it holds.
+#[derive(Clone)]
+struct HttpState {
+    service: RateLimitService,
+    reservations: Arc<Reservations>,
+}
+
+impl FromRef<HttpState> for RateLimitService {
+    fn from_ref(state: &HttpState) -> Self {
+        state.service.clone()
+    }
 }
 
 /// `None` admits the caller; otherwise the refusal.
@@ -175,8 +206,15 @@ struct DecideRequest {
     domain: Option<String>,
     descriptors: Option<Vec<DescriptorInput>>,
     cost: Option<u64>,
+    /// The request's cost per unit (`requests` is `cost`'s unit).
+    costs: Option<BTreeMap<String, u64>>,
     #[serde(default)]
     peek: bool,
+    /// Hold what an admitted decision charged, to settle it later.
+    #[serde(default)]
+    reserve: bool,
+    /// How long the reservation is held (default 60 s, at most 600 s).
+    hold_ms: Option<u64>,
 }
 
 /// A descriptor as `{"key": "value", ...}` (entries in key order is not
@@ -194,8 +232,9 @@ struct EntryInput {
     value: String,
 }
 
-async fn decide_handler(State(service): State<RateLimitService>, req: Request) -> Response {
-    if let Some(r) = refuse(&service, &req, "decide") {
+async fn decide_handler(State(state): State<HttpState>, req: Request) -> Response {
+    let service = &state.service;
+    if let Some(r) = refuse(service, &req, "decide") {
         return r;
     }
     let (parts, body) = req.into_parts();
@@ -209,9 +248,9 @@ async fn decide_handler(State(service): State<RateLimitService>, req: Request) -
     };
     let started = Instant::now();
     let answer = if input.domain.is_some() || input.descriptors.is_some() {
-        decide_descriptors(&service, input).await
+        decide_descriptors(service, input).await
     } else {
-        decide_key(&service, input, &parts).await
+        decide_key(service, &state.reservations, input, &parts).await
     };
     if answer.status() != StatusCode::BAD_REQUEST {
         m::record_latency("decide", started.elapsed());
@@ -224,6 +263,12 @@ async fn decide_descriptors(service: &RateLimitService, input: DecideRequest) ->
         return bad_request(
             "decide",
             "give either domain + descriptors, or key/identity with route",
+        );
+    }
+    if input.costs.is_some() || input.reserve || input.hold_ms.is_some() {
+        return bad_request(
+            "decide",
+            "costs, reserve and hold_ms apply to a key or identity, not to descriptors",
         );
     }
     let Some(domain) = input.domain else {
@@ -278,9 +323,18 @@ async fn decide_descriptors(service: &RateLimitService, input: DecideRequest) ->
 
 async fn decide_key(
     service: &RateLimitService,
+    reservations: &Reservations,
     input: DecideRequest,
     parts: &http::request::Parts,
 ) -> Response {
+    let hold = match hold_of(&input) {
+        Ok(h) => h,
+        Err(why) => return bad_request("decide", why),
+    };
+    let costs = match costs_of(input.cost, input.costs) {
+        Ok(c) => c,
+        Err(why) => return bad_request("decide", why),
+    };
     let identity = match (input.key, input.identity) {
         (Some(k), None) => Identity::new(IdentityKind::ApiKey, k),
         (None, Some(i)) => Identity::new(IdentityKind::Custom, i),
@@ -324,14 +378,37 @@ async fn decide_key(
         )
             .into_response();
     }
-    let decision = if input.peek {
-        snapshot.peek(&identity, &tier, route.as_ref()).await
-    } else if let Some(cost) = input.cost {
+    // The slot is claimed before the decision: a full table charges
+    // nothing.
+    let claim = match input.reserve.then(|| reservations.claim()).transpose() {
+        Ok(c) => c,
+        Err(full) => {
+            m::record_error("decide", "store_unavailable");
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "1")],
+                Json(json!({"error": "reservations_full", "message": full.to_string()})),
+            )
+                .into_response();
+        }
+    };
+    let (decision, reservation) = if input.peek {
+        (snapshot.peek(&identity, &tier, route.as_ref()).await, None)
+    } else if claim.is_some() {
         snapshot
-            .check_with_cost(&identity, &tier, route.as_ref(), cost)
+            .reserve_costs(&identity, &tier, route.as_ref(), costs.as_ref())
             .await
+    } else if let Some(costs) = &costs {
+        let d = snapshot
+            .check_with_costs(&identity, &tier, route.as_ref(), costs)
+            .await;
+        (d, None)
     } else {
-        snapshot.check(&identity, &tier, route.as_ref()).await
+        (snapshot.check(&identity, &tier, route.as_ref()).await, None)
+    };
+    let held = match (claim, reservation) {
+        (Some(claim), Some(r)) => Some(claim.hold(r, hold)),
+        _ => None,
     };
     let limits: Vec<serde_json::Value> = decision
         .limits
@@ -339,6 +416,7 @@ async fn decide_key(
         .map(|l| {
             json!({
                 "name": l.name.as_ref(),
+                "unit": l.unit.as_ref(),
                 "quota": l.quota,
                 "window_secs": l.window_secs,
                 "remaining": l.remaining.map(|r| r.max(0.0).floor() as u64),
@@ -348,13 +426,19 @@ async fn decide_key(
             })
         })
         .collect();
-    let body = json!({
+    let mut body = json!({
         "allowed": decision.allowed,
         "tier": decision.tier.as_ref(),
         "limits": limits,
         "retry_after_secs": decision.retry_after.map(headers::ceil_secs),
         "fallback": decision.is_fallback(),
     });
+    if input.reserve {
+        // Null when nothing was charged: refused, or the failure policy
+        // (or no limit) answered.
+        body["reservation"] = json!(held.map(|id| id.to_string()));
+        body["expires_in_ms"] = json!(held.map(|_| hold.as_millis() as u64));
+    }
     let allowed = decision.allowed;
     with_headers(&decision, allowed, body)
 }
@@ -380,4 +464,126 @@ fn with_headers(decision: &Decision, allowed: bool, body: serde_json::Value) -> 
         );
     }
     (status, h, Json(body)).into_response()
+}
+
+/// The request's costs: `cost` in requests, `costs` per unit.
+fn costs_of(
+    cost: Option<u64>,
+    costs: Option<BTreeMap<String, u64>>,
+) -> Result<Option<Costs>, String> {
+    let Some(units) = costs else {
+        return Ok(cost.map(Costs::requests));
+    };
+    if units.len() > MAX_UNITS {
+        return Err(format!("costs names more than {MAX_UNITS} units"));
+    }
+    if cost.is_some() && units.contains_key(crate::policy::REQUESTS) {
+        return Err("give the requests cost once: as cost or as costs.requests".into());
+    }
+    let mut out: Costs = units.into_iter().collect();
+    if let Some(n) = cost {
+        out.set(crate::policy::REQUESTS, n);
+    }
+    Ok(Some(out))
+}
+
+/// How long a reservation of this request is held.
+fn hold_of(input: &DecideRequest) -> Result<Duration, String> {
+    let max = reservations::MAX_HOLD.as_millis() as u64;
+    match input.hold_ms {
+        None => Ok(reservations::DEFAULT_HOLD),
+        Some(_) if !input.reserve => Err("hold_ms needs reserve: true".into()),
+        Some(ms) if (1..=max).contains(&ms) => Ok(Duration::from_millis(ms)),
+        Some(_) => Err(format!("hold_ms must be 1 to {max}")),
+    }
+    .and_then(|h| {
+        if input.reserve && input.peek {
+            Err("peek charges nothing: there is nothing to reserve".into())
+        } else {
+            Ok(h)
+        }
+    })
+}
+
+/// The body of `POST /v1/settle`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettleRequest {
+    reservation: String,
+    #[serde(default)]
+    used: BTreeMap<String, u64>,
+}
+
+async fn settle_handler(State(state): State<HttpState>, req: Request) -> Response {
+    if let Some(r) = refuse(&state.service, &req, "decide") {
+        return r;
+    }
+    let body = match body_of(req, "decide").await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let input: SettleRequest = match serde_json::from_slice(&body) {
+        Ok(i) => i,
+        Err(e) => return bad_request("decide", e),
+    };
+    if input.used.len() > MAX_UNITS {
+        return bad_request("decide", format!("used names more than {MAX_UNITS} units"));
+    }
+    let unknown = || {
+        (
+            StatusCode::NOT_FOUND,
+            Json(json!({
+                "error": "unknown_reservation",
+                "message": "no reservation of this id is held here: never made, expired, or settled too long ago",
+            })),
+        )
+            .into_response()
+    };
+    let Some(id) = ReservationId::parse(&input.reservation) else {
+        return unknown();
+    };
+    let outcome = match state.reservations.take(id) {
+        Lookup::Unknown => return unknown(),
+        Lookup::Settle(reservation, tx) => {
+            let used: Costs = input.used.into_iter().collect();
+            // Settled in a task of its own: a client that hangs up does
+            // not stop it, and a repeat settle waits for its outcome.
+            let task = tokio::spawn(async move {
+                let outcome: Outcome = Arc::new(reservation.settle_costs(&used).await);
+                let _ = tx.send(Some(outcome.clone()));
+                outcome
+            });
+            task.await.ok()
+        }
+        Lookup::Settled(mut rx) => rx
+            .wait_for(Option::is_some)
+            .await
+            .ok()
+            .and_then(|o| o.clone()),
+    };
+    let Some(outcome) = outcome else {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({"error": "settle_failed", "message": "the settle did not finish"})),
+        )
+            .into_response();
+    };
+    let units: Vec<serde_json::Value> = outcome
+        .iter()
+        .map(|(unit, settled)| {
+            let (outcome, units) = match settled {
+                Settled::Exact => ("exact", 0),
+                Settled::Charged(n) => ("charged", *n),
+                Settled::Refunded(n) => ("refunded", *n),
+                Settled::Failed => ("failed", 0),
+                Settled::Stale => ("stale", 0),
+            };
+            json!({"unit": unit.as_ref(), "outcome": outcome, "units": units})
+        })
+        .collect();
+    (
+        StatusCode::OK,
+        Json(json!({"reservation": id.to_string(), "settled": units})),
+    )
+        .into_response()
 }

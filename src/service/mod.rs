@@ -55,6 +55,7 @@ pub mod http;
 mod json;
 pub mod proto;
 mod request;
+mod reservations;
 
 pub use convert::{request_from_wire, response_to_wire};
 pub use decide::{RateLimitService, RlsError};
