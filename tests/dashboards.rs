@@ -1348,3 +1348,51 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_evaluates_every_ale
         ])
     );
 }
+
+/// The token-budget alert and the Units row join refusals to the unit of
+/// the limit that refused: a real server names that unit per tier and
+/// limit, from its policy, before the first request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_server_names_the_unit_every_limit_counts_for_the_token_budget_join() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("units.toml");
+    std::fs::write(
+        &config,
+        r#"
+[store]
+kind = "memory"
+
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [
+  { name = "rpm", algorithm = "sliding_window", limit = 60, window = "60s" },
+  { name = "tpm", algorithm = "sliding_window", limit = 100000, window = "60s", unit = "tokens" },
+]
+
+[[tiers]]
+name = "anonymous"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 10, refill_per_second = 1 }]
+"#,
+    )
+    .unwrap();
+    let server = support::Ratewatch::start("serve", Some(&config), &[]);
+    let text = reqwest::get(format!("{}/metrics", server.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"ratewatch_limit_unit_info{tier="free",limit="rpm",unit="requests"} 1"#,
+        r#"ratewatch_limit_unit_info{tier="free",limit="tpm",unit="tokens"} 1"#,
+        r#"ratewatch_limit_unit_info{tier="anonymous",limit="burst",unit="requests"} 1"#,
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+    let infos = text
+        .lines()
+        .filter(|l| l.starts_with("ratewatch_limit_unit_info{"))
+        .count();
+    assert_eq!(infos, 3, "one series per tier and limit:\n{text}");
+}
