@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The metrics ratewatch exports (DESIGN.md, "Telemetry").
-const METRICS: [&str; 32] = [
+const METRICS: [&str; 36] = [
     "ratewatch_decisions_total",
     "ratewatch_limit_exceeded_total",
     "ratewatch_fallbacks_total",
@@ -46,6 +46,10 @@ const METRICS: [&str; 32] = [
     "ratewatch_inflight_expired_holders_total",
     "ratewatch_inflight_renewals_failed_total",
     "ratewatch_inflight_releases_failed_total",
+    "ratewatch_units_charged_total",
+    "ratewatch_units_refunded_total",
+    "ratewatch_units_settled_total",
+    "ratewatch_limit_unit_info",
 ];
 
 const HISTOGRAMS: [&str; 3] = [
@@ -56,7 +60,7 @@ const HISTOGRAMS: [&str; 3] = [
 
 const DATASOURCE_UID: &str = "${datasource}";
 
-const ALERTS: [&str; 12] = [
+const ALERTS: [&str; 13] = [
     "RatewatchFailOpenRateHigh",
     "RatewatchBreakerOpen",
     "RatewatchRedisSlow",
@@ -69,6 +73,7 @@ const ALERTS: [&str; 12] = [
     "RatewatchStoreMemoryHigh",
     "RatewatchStoreKeysGrowing",
     "RatewatchStoreEvicting",
+    "RatewatchTokenBudgetRefusals",
 ];
 
 fn dashboards_dir() -> PathBuf {
@@ -627,6 +632,56 @@ fn the_overview_charts_every_metric_and_the_fail_open_rate_by_the_design_formula
 }
 
 #[test]
+fn the_overview_has_a_units_row_with_units_per_tier_and_unit_refusals_per_unit_and_slots_per_tier()
+{
+    let overview = dashboards()
+        .into_iter()
+        .find(|d| d.file == "ratewatch-overview.json")
+        .unwrap();
+    let top = overview.json["panels"].as_array().unwrap();
+    let row = top
+        .iter()
+        .position(|p| p["type"] == "row" && p["title"] == "Units")
+        .expect("the overview has a row \"Units\"");
+    let next_row = top[row + 1..]
+        .iter()
+        .position(|p| p["type"] == "row")
+        .map_or(top.len(), |i| row + 1 + i);
+    let in_row: Vec<String> = top[row + 1..next_row]
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["expr"].as_str().map(str::to_owned))
+        .collect();
+    let squash = |s: &str| s.split_whitespace().collect::<String>();
+    for family in [
+        "ratewatch_units_charged_total",
+        "ratewatch_units_refunded_total",
+        "ratewatch_units_settled_total",
+    ] {
+        let want = squash(&format!("sum by (tier, unit) (rate({family}{{"));
+        assert!(
+            in_row
+                .iter()
+                .any(|e| squash(e).starts_with(&want) && e.contains("[$__rate_interval]")),
+            "no Units panel charts {family} per tier and unit: {in_row:?}"
+        );
+    }
+    assert!(
+        in_row
+            .iter()
+            .any(|e| e.contains("ratewatch_limit_exceeded_total")
+                && squash(e).contains(&squash("group_left (unit) ratewatch_limit_unit_info{"))),
+        "no Units panel gives refusals their unit: {in_row:?}"
+    );
+    assert!(
+        in_row
+            .iter()
+            .any(|e| squash(e).starts_with(&squash("sum by (tier) (ratewatch_inflight_slots{"))),
+        "no Units panel shows the in-flight slots held now per tier: {in_row:?}"
+    );
+}
+
+#[test]
 fn every_query_and_alert_names_only_metrics_ratewatch_exports() {
     let mut checked = 0;
     let mut check = |place: String, expr: &str| {
@@ -1035,6 +1090,34 @@ fn exposition(t: f64) -> String {
             (r#"tier="free",route="*",direction="refunded""#, 120.0 * t),
         ],
     );
+    // Units: tier free counts tokens with its limit "minute" (4 refusals a
+    // second of 93 decisions: under the token-budget alert's 10%).
+    for (name, per_s) in [
+        ("ratewatch_units_charged_total", 900.0),
+        ("ratewatch_units_refunded_total", 150.0),
+        ("ratewatch_units_settled_total", 60.0),
+    ] {
+        family(
+            &mut s,
+            name,
+            "counter",
+            "Units per tier and unit.",
+            &[
+                (r#"tier="free",unit="requests""#, 80.0 * t),
+                (r#"tier="free",unit="tokens""#, per_s * t),
+            ],
+        );
+    }
+    family(
+        &mut s,
+        "ratewatch_limit_unit_info",
+        "gauge",
+        "The unit each limit of each tier counts.",
+        &[
+            (r#"tier="free",limit="burst",unit="requests""#, 1.0),
+            (r#"tier="free",limit="minute",unit="tokens""#, 1.0),
+        ],
+    );
     s.push_str("# HELP ratewatch_rls_request_duration_seconds Decision-service request latency.\n");
     s.push_str("# TYPE ratewatch_rls_request_duration_seconds histogram\n");
     for (le, share) in [
@@ -1223,8 +1306,8 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_evaluates_every_ale
     assert_eq!(names, BTreeSet::from(ALERTS));
     assert_eq!(
         rules.len(),
-        13,
-        "two fail-open severities and eleven other alerts"
+        14,
+        "two fail-open severities and twelve other alerts"
     );
 
     // Every alert the exposition calls for is pending (none can have
@@ -1264,4 +1347,52 @@ async fn a_real_prometheus_answers_every_dashboard_query_and_evaluates_every_ale
             expected("RatewatchStoreEvicting", "warning", "127.0.0.1:6380"),
         ])
     );
+}
+
+/// The token-budget alert and the Units row join refusals to the unit of
+/// the limit that refused: a real server names that unit per tier and
+/// limit, from its policy, before the first request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_server_names_the_unit_every_limit_counts_for_the_token_budget_join() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("units.toml");
+    std::fs::write(
+        &config,
+        r#"
+[store]
+kind = "memory"
+
+[[tiers]]
+name = "free"
+match_prefix = "free_"
+limits = [
+  { name = "rpm", algorithm = "sliding_window", limit = 60, window = "60s" },
+  { name = "tpm", algorithm = "sliding_window", limit = 100000, window = "60s", unit = "tokens" },
+]
+
+[[tiers]]
+name = "anonymous"
+limits = [{ name = "burst", algorithm = "token_bucket", capacity = 10, refill_per_second = 1 }]
+"#,
+    )
+    .unwrap();
+    let server = support::Ratewatch::start("serve", Some(&config), &[]);
+    let text = reqwest::get(format!("{}/metrics", server.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"ratewatch_limit_unit_info{tier="free",limit="rpm",unit="requests"} 1"#,
+        r#"ratewatch_limit_unit_info{tier="free",limit="tpm",unit="tokens"} 1"#,
+        r#"ratewatch_limit_unit_info{tier="anonymous",limit="burst",unit="requests"} 1"#,
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+    let infos = text
+        .lines()
+        .filter(|l| l.starts_with("ratewatch_limit_unit_info{"))
+        .count();
+    assert_eq!(infos, 3, "one series per tier and limit:\n{text}");
 }

@@ -4,9 +4,9 @@
 //! never an identity. Every family exists at zero from start-up
 //! ([`register_at_zero`]).
 
-use metrics::{counter, describe_counter};
+use metrics::{counter, describe_counter, describe_gauge, gauge};
 
-use super::metrics::{LABEL_ROUTE, LABEL_TIER};
+use super::metrics::{LABEL_LIMIT, LABEL_ROUTE, LABEL_TIER};
 use crate::policy::Policy;
 
 /// Units admitted requests were charged at their decision, where the
@@ -30,6 +30,12 @@ pub const UNITS_REFUNDED_TOTAL: &str = "ratewatch_units_refunded_total";
 /// Units settles charged beyond reservations (used more than reserved):
 /// counter {tier, unit}.
 pub const UNITS_SETTLED_TOTAL: &str = "ratewatch_units_settled_total";
+
+/// The unit each limit of each tier counts, always 1: gauge {tier, limit,
+/// unit}. Joined on {tier, limit} it gives `ratewatch_limit_exceeded_total`
+/// its unit (refusals by limits that count tokens). Labels come from the
+/// policy alone.
+pub(crate) const LIMIT_UNIT_INFO: &str = "ratewatch_limit_unit_info";
 
 /// Label: `charged` or `refunded`.
 pub const LABEL_DIRECTION: &str = "direction";
@@ -66,6 +72,10 @@ pub fn describe() {
         UNITS_SETTLED_TOTAL,
         "Units settles charged beyond reservations, per unit: used more than reserved."
     );
+    describe_gauge!(
+        LIMIT_UNIT_INFO,
+        "The unit each limit of each tier counts (always 1), to join with ratewatch_limit_exceeded_total on tier and limit."
+    );
 }
 
 /// Makes every cost family exist at zero, for each tier on route `*`.
@@ -91,6 +101,8 @@ pub fn register_at_zero(policy: &Policy) {
                 .filter(|l| l.applies_to(&tier.name)),
         );
         for l in limits {
+            gauge!(LIMIT_UNIT_INFO, LABEL_TIER => t.clone(), LABEL_LIMIT => l.name.clone(), LABEL_UNIT => l.unit.clone())
+                .set(1.0);
             if !units.contains(&l.unit.as_str()) {
                 units.push(&l.unit);
             }
