@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use axum::Extension;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::response::{IntoResponse, Response};
 use http::{StatusCode, header};
 use serde::Deserialize;
@@ -55,28 +55,7 @@ pub(super) async fn complete(meter: Option<Extension<Meter>>, body: Bytes) -> Re
         }
         return ([(header::CONTENT_TYPE, "application/json")], done).into_response();
     }
-    let wait = Duration::from_millis(c.ms);
-    let chunks = futures_util::stream::unfold(0u8, move |step| {
-        let done = done.clone();
-        async move {
-            match step {
-                0 => Some((
-                    Ok::<_, std::convert::Infallible>(Bytes::from_static(b" ")),
-                    1,
-                )),
-                1 => {
-                    tokio::time::sleep(wait).await;
-                    Some((Ok(done), 2))
-                }
-                _ => None,
-            }
-        }
-    });
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        Body::from_stream(chunks),
-    )
-        .into_response()
+    super::slow::streamed_after(Duration::from_millis(c.ms), done)
 }
 
 fn bad_request(message: String) -> Response {

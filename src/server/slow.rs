@@ -65,6 +65,13 @@ pub(super) async fn slow(uri: Uri) -> Response {
         tokio::time::sleep(wait).await;
         return ([(header::CONTENT_TYPE, "application/json")], done).into_response();
     }
+    streamed_after(wait, done)
+}
+
+/// A JSON answer streamed: a first byte at once (so the client has the
+/// head and the body has begun), then `done` after `wait`. The request's
+/// in-flight slot is held until the body ends.
+pub(super) fn streamed_after(wait: Duration, done: Bytes) -> Response {
     let chunks = futures_util::stream::unfold(0u8, move |step| {
         let done = done.clone();
         async move {
