@@ -8,8 +8,9 @@
 //!
 //! A line is the domain and the rule's configured path (each entry's `key`
 //! or `key_value`, joined by `.`), then its limit. A native rule whose
-//! limits are not one window of a whole unit lists each limit as
-//! `name=quota/window_secs s (algorithm)`. Only configuration is printed:
+//! limits are not one window of a whole unit lists them all:
+//! `limits=burst=5/5s (token_bucket) day=100/86400s (fixed_window)`
+//! (name, quota, window or refill time, algorithm). Only configuration is printed:
 //! never a token, never a request's value. The route is guarded like
 //! `POST /json`.
 
@@ -108,14 +109,19 @@ mod tests {
         )
         .unwrap();
         let file = dir.join("policy.toml");
-        let text = "[rls]\nenvoy_configs = [\"edge.yaml\"]\ntoken = \"a-token-long-enough-0123\"\n";
+        let text = "[rls]\nenvoy_configs = [\"edge.yaml\"]\ntoken = \"a-token-long-enough-0123\"\n\n\
+                    [[rls.domains]]\nname = \"api\"\n\n[[rls.domains.rules]]\n\
+                    descriptor = [\"user\"]\nlimits = [\n\
+                    { name = \"burst\", algorithm = \"token_bucket\", capacity = 5, refill_per_second = 1 },\n\
+                    { name = \"day\", algorithm = \"fixed_window\", limit = 100, window = \"1d\" },\n]\n";
         std::fs::write(&file, text).unwrap();
         let policy = Policy::from_toml_str(text, Some(file.to_str().unwrap())).unwrap();
         let dump = render(&policy.rls);
         std::fs::remove_dir_all(&dir).ok();
         assert_eq!(
             dump,
-            "edge.tenant_acme.path: unit=SECOND requests_per_unit=3, shadow_mode: false\n\
+            "api.user: limits=burst=5/5s (token_bucket) day=100/86400s (fixed_window), shadow_mode: false\n\
+             edge.tenant_acme.path: unit=SECOND requests_per_unit=3, shadow_mode: false\n\
              edge.bot: unlimited, shadow_mode: false\n\
              edge.search: unit=MINUTE requests_per_unit=0, shadow_mode: true\n"
         );
