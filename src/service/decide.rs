@@ -300,19 +300,22 @@ impl RateLimitService {
         let ietf = self
             .ietf_headers
             .unwrap_or(settings.response_headers == RlsHeaders::Ietf);
-        let answer = answer(&domain_label, &plans, &decision, peek, ietf);
+        let near = settings.near_limit_ratio;
+        let answer = answer(&domain_label, &plans, &decision, peek, ietf, near);
         Ok((answer, decision))
     }
 }
 
 /// The answer to a request planned as `plans` and decided as `decision`;
-/// `ietf` adds `RateLimit-Policy` / `RateLimit` for the client.
+/// `ietf` adds `RateLimit-Policy` / `RateLimit` for the client; an OK
+/// descriptor at or past `near` of a limit is counted as near its limit.
 fn answer(
     domain: &str,
     plans: &[Plan],
     decision: &GroupsDecision,
     peek: bool,
     ietf: bool,
+    near: f64,
 ) -> RlsAnswer {
     let mut reports = decision.groups.iter();
     let fallback = decision.is_fallback();
@@ -353,6 +356,9 @@ fn answer(
                 };
                 if !peek {
                     m::record_decision(domain, rule, outcome);
+                    if outcome == "ok" && report.limits.iter().any(|l| near_limit(l, near)) {
+                        m::record_near_limit(domain, rule);
+                    }
                 }
                 let limit = most_constraining(report);
                 let status = match limit {
@@ -650,6 +656,20 @@ fn most_constraining(report: &GroupReport) -> Option<&LimitReport> {
 /// Units left, for ordering: an unknown count (a fallback) sorts last.
 fn left(l: &LimitReport) -> f64 {
     l.remaining.unwrap_or(f64::INFINITY)
+}
+
+/// Whether `l`, after the charge, has used at least `ratio` of its quota
+/// (envoyproxy/ratelimit's near-limit count). A fallback's unknown count
+/// is never near.
+fn near_limit(l: &LimitReport, ratio: f64) -> bool {
+    match l.remaining {
+        Some(remaining) if l.quota > 0 => {
+            let quota = l.quota as f64;
+            // A hair of slack so 8 of 10 is 0.8 of it, whatever f64 rounds.
+            (quota - remaining.max(0.0)) >= ratio * quota - 1e-9 * quota
+        }
+        _ => false,
+    }
 }
 
 /// One `RateLimit-Policy` item for `l`.

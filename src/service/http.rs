@@ -64,6 +64,14 @@ pub fn routes<S: Clone + Send + Sync + 'static>(service: RateLimitService) -> Ro
         .route("/json", post(json_handler))
         .route("/v1/decide", post(decide_handler))
         .route("/v1/settle", post(settle_handler))
+        .route(
+            "/rlconfig",
+            axum::routing::get(
+                |State(s): State<RateLimitService>, req: Request| async move {
+                    refuse(&s, &req, "rlconfig").unwrap_or_else(|| super::rlconfig::dump(&s))
+                },
+            ),
+        )
         .with_state(state)
 }
 

@@ -6,7 +6,8 @@
 //!   `grpc.health.v1.Health`, over h2c, wire-compatible with Envoy 1.40
 //!   (`ratewatch serve --grpc-listen ADDR`).
 //! - [`http`]: `POST /json` (the same request and answer as proto3 JSON,
-//!   as envoyproxy/ratelimit serves it) and the native `POST /v1/decide`.
+//!   as envoyproxy/ratelimit serves it) and the native `POST /v1/decide`,
+//!   with `GET /rlconfig`, the loaded descriptor configuration as text.
 //!
 //! Every front end converts its wire format to an [`RlsRequest`], asks
 //! [`RateLimitService`], and converts the [`RlsAnswer`] back. The service
@@ -56,6 +57,7 @@ mod json;
 pub mod proto;
 mod request;
 mod reservations;
+mod rlconfig;
 
 pub use convert::{request_from_wire, response_to_wire};
 pub use decide::{RateLimitService, RlsError};

@@ -12,6 +12,9 @@ use metrics::{Unit, counter, describe_counter, describe_histogram, histogram};
 
 /// Descriptor decisions: counter {domain, rule, outcome}.
 pub const RLS_DECISIONS_TOTAL: &str = "ratewatch_rls_decisions_total";
+/// Allowed descriptor decisions that left the used share of a limit at or
+/// above `[rls] near_limit_ratio`: counter {domain, rule}.
+pub const RLS_NEAR_LIMIT_TOTAL: &str = "ratewatch_rls_near_limit_total";
 /// Decision-service request latency: histogram {api}, in seconds.
 pub const RLS_REQUEST_SECONDS: &str = "ratewatch_rls_request_duration_seconds";
 /// Decision-service requests answered with an error: counter {api, reason}.
@@ -21,7 +24,7 @@ pub const RLS_ERRORS_TOTAL: &str = "ratewatch_rls_errors_total";
 pub const LABEL_DOMAIN: &str = "domain";
 /// Label: the rule's label.
 pub const LABEL_RULE: &str = "rule";
-/// Label: the front end (`grpc`, `json`, `decide`).
+/// Label: the front end (`grpc`, `json`, `decide`, `rlconfig`).
 pub const LABEL_API: &str = "api";
 
 /// The `domain` of every domain the configuration does not name.
@@ -46,8 +49,8 @@ pub const OUTCOMES: [&str; 6] = [
 /// `unavailable`), `bad_request`, `unauthorized`.
 pub const ERROR_REASONS: [&str; 3] = ["store_unavailable", "bad_request", "unauthorized"];
 
-/// The front ends.
-pub const APIS: [&str; 3] = ["grpc", "json", "decide"];
+/// The front ends (`rlconfig`: the configuration dump, which only errs).
+pub const APIS: [&str; 4] = ["grpc", "json", "decide", "rlconfig"];
 
 /// Upper bounds, in seconds, of the latency buckets: from 50 µs (a memory
 /// decision) past Envoy's default 20 ms timeout to a slow store's second.
@@ -61,6 +64,10 @@ pub fn describe() {
         RLS_DECISIONS_TOTAL,
         "Decision-service descriptor decisions, by domain, rule and outcome."
     );
+    describe_counter!(
+        RLS_NEAR_LIMIT_TOTAL,
+        "Decision-service descriptors allowed at or above [rls] near_limit_ratio of a limit, by domain and rule."
+    );
     describe_histogram!(
         RLS_REQUEST_SECONDS,
         Unit::Seconds,
@@ -73,7 +80,8 @@ pub fn describe() {
 }
 
 /// Every series that exists whatever the traffic, at zero: errors and
-/// latency per api, and decisions for each configured `(domain, rule)`.
+/// latency per api, and decisions and near-limit counts for each configured
+/// `(domain, rule)`.
 pub fn register_at_zero<'a>(rules: impl Iterator<Item = (&'a str, &'a str)>) {
     for api in APIS {
         for reason in ERROR_REASONS {
@@ -86,7 +94,10 @@ pub fn register_at_zero<'a>(rules: impl Iterator<Item = (&'a str, &'a str)>) {
     for outcome in OUTCOMES {
         counter!(RLS_DECISIONS_TOTAL, LABEL_DOMAIN => UNKNOWN_DOMAIN, LABEL_RULE => UNMATCHED_RULE, LABEL_OUTCOME => outcome).increment(0);
     }
+    counter!(RLS_NEAR_LIMIT_TOTAL, LABEL_DOMAIN => UNKNOWN_DOMAIN, LABEL_RULE => UNMATCHED_RULE)
+        .increment(0);
     for (domain, rule) in rules {
+        counter!(RLS_NEAR_LIMIT_TOTAL, LABEL_DOMAIN => domain.to_owned(), LABEL_RULE => rule.to_owned()).increment(0);
         for outcome in OUTCOMES {
             counter!(RLS_DECISIONS_TOTAL, LABEL_DOMAIN => domain.to_owned(), LABEL_RULE => rule.to_owned(), LABEL_OUTCOME => outcome).increment(0);
         }
@@ -114,6 +125,11 @@ pub fn register_policy(policy: &crate::policy::Policy) {
 /// Counts one descriptor's decision.
 pub fn record_decision(domain: &str, rule: &str, outcome: &'static str) {
     counter!(RLS_DECISIONS_TOTAL, LABEL_DOMAIN => domain.to_owned(), LABEL_RULE => rule.to_owned(), LABEL_OUTCOME => outcome).increment(1);
+}
+
+/// Counts one allowed descriptor near its limit.
+pub fn record_near_limit(domain: &str, rule: &str) {
+    counter!(RLS_NEAR_LIMIT_TOTAL, LABEL_DOMAIN => domain.to_owned(), LABEL_RULE => rule.to_owned()).increment(1);
 }
 
 /// Times one request.

@@ -20,13 +20,14 @@ use crate::policy::rls::{
 use crate::policy::{FailurePolicy, LeaseMode, Limit, Scope};
 
 /// Keys of `[rls]`.
-const RLS_KEYS: [&str; 6] = [
+const RLS_KEYS: [&str; 7] = [
     "envoy_configs",
     "merge_domains",
     "on_store_failure",
     "token",
     "domains",
     "response_headers",
+    "near_limit_ratio",
 ];
 
 /// The most bytes of YAML all `envoy_configs` of a policy may load
@@ -75,6 +76,17 @@ pub(super) fn rls(t: Option<Table<'_>>, cx: &Context<'_>) -> Result<RlsSettings>
     }
     if let Some(h) = t.choice("response_headers", &RlsHeaders::CHOICES)? {
         out.response_headers = h;
+    }
+    if let Some(r) = t.number("near_limit_ratio")? {
+        if !(r > 0.0 && r <= 1.0) {
+            return Err(t.error_at(
+                "near_limit_ratio",
+                format!(
+                    "must be a share of the limit above 0 and at most 1 (such as 0.8), got {r}"
+                ),
+            ));
+        }
+        out.near_limit_ratio = r;
     }
     if let Some(token) = t.str("token")? {
         if token.len() < 16 {

@@ -263,6 +263,28 @@ impl Domain {
         }
     }
 
+    /// Every rule of the domain with its configured path, depth first in
+    /// configured order: the entries' `key` or `key_value` joined by `.`,
+    /// as envoyproxy/ratelimit writes a rule's composite key.
+    pub fn rules_by_path(&self) -> Vec<(String, &DescriptorRule)> {
+        fn walk<'a>(nodes: &'a [Node], above: &str, out: &mut Vec<(String, &'a DescriptorRule)>) {
+            for n in nodes {
+                let path = if above.is_empty() {
+                    n.segment()
+                } else {
+                    format!("{above}.{}", n.segment())
+                };
+                if let Some(rule) = &n.rule {
+                    out.push((path.clone(), rule));
+                }
+                walk(&n.children, &path, out);
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.root, "", &mut out);
+        out
+    }
+
     /// Every rule of the domain, depth first in configured order.
     pub fn rules(&self) -> Vec<&DescriptorRule> {
         fn walk<'a>(nodes: &'a [Node], out: &mut Vec<&'a DescriptorRule>) {

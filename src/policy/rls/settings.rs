@@ -71,7 +71,7 @@ impl RlsHeaders {
 ///
 /// Its `Debug` output hides the token: policies are printed to logs and
 /// hashed into a metric label (the policy version's hash).
-#[derive(Clone, PartialEq, Default)]
+#[derive(Clone, PartialEq)]
 pub struct RlsSettings {
     /// Every domain, by name.
     pub domains: DomainSet,
@@ -90,6 +90,29 @@ pub struct RlsSettings {
     /// resolved against the policy file's directory: a follower lists them
     /// again to see files added and removed.
     pub envoy_config_entries: Vec<PathBuf>,
+    /// `[rls] near_limit_ratio` (envoyproxy/ratelimit's `NEAR_LIMIT_RATIO`):
+    /// an allowed descriptor whose used share of its limit is at least
+    /// this after the charge counts as near its limit; in `(0, 1]`.
+    pub near_limit_ratio: f64,
+}
+
+impl RlsSettings {
+    /// The default `near_limit_ratio`, as envoyproxy/ratelimit's.
+    pub const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.8;
+}
+
+impl Default for RlsSettings {
+    fn default() -> Self {
+        Self {
+            domains: DomainSet::default(),
+            on_store_failure: RlsFailure::default(),
+            token: None,
+            response_headers: RlsHeaders::default(),
+            envoy_configs: Vec::new(),
+            envoy_config_entries: Vec::new(),
+            near_limit_ratio: Self::DEFAULT_NEAR_LIMIT_RATIO,
+        }
+    }
 }
 
 impl std::fmt::Debug for RlsSettings {
@@ -101,6 +124,7 @@ impl std::fmt::Debug for RlsSettings {
             .field("response_headers", &self.response_headers)
             .field("envoy_configs", &self.envoy_configs)
             .field("envoy_config_entries", &self.envoy_config_entries)
+            .field("near_limit_ratio", &self.near_limit_ratio)
             .finish()
     }
 }
