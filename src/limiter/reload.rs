@@ -320,6 +320,13 @@ impl Limiter {
         }
         let changed = policy != *current.policy;
         if changed {
+            let fresh = fresh_counters(&current.policy, &policy);
+            if !fresh.is_empty() {
+                tracing::warn!(
+                    limits = %fresh.join("; "),
+                    "policy reload: these limits count from zero for every caller (a new name or algorithm is a new counter)"
+                );
+            }
             let live = Live::new(policy, &self.inner.plugins);
             // New tiers, routes and limits get their series at zero too.
             metrics::register_at_zero(&live.policy);
@@ -367,6 +374,33 @@ impl Limiter {
 
 /// `new` with every [`RESTART_REQUIRED`] setting of `running`, and the
 /// names of those that differed.
+/// The limits of tiers in both policies that a reload starts from zero:
+/// a name the tier did not have, or a name whose algorithm changed (a
+/// counter's key carries both). Named so an operator sees that a reload
+/// handed every caller a fresh quota there.
+fn fresh_counters(running: &Policy, new: &Policy) -> Vec<String> {
+    let mut fresh = Vec::new();
+    for tier in &new.tiers {
+        let Some(old) = running.tiers.iter().find(|t| t.name == tier.name) else {
+            continue;
+        };
+        for limit in &tier.limits {
+            match old.limits.iter().find(|l| l.name == limit.name) {
+                None => fresh.push(format!("{}.{} (new)", tier.name, limit.name)),
+                Some(was) if was.algorithm.kind() != limit.algorithm.kind() => fresh.push(format!(
+                    "{}.{} ({} -> {})",
+                    tier.name,
+                    limit.name,
+                    was.algorithm.kind(),
+                    limit.algorithm.kind()
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    fresh
+}
+
 fn keep_restart_settings(running: &Policy, mut new: Policy) -> (Policy, Vec<String>) {
     let mut changed = Vec::new();
     let mut keep = |name: &str, differs: bool| {
@@ -445,6 +479,34 @@ mod tests {
         // Live settings do apply.
         assert_eq!(kept.store.timeout, std::time::Duration::from_millis(9));
         assert_eq!(kept.tiers, policy(7).tiers);
+    }
+
+    #[test]
+    fn a_renamed_limit_or_a_new_algorithm_is_named_as_counting_from_zero() {
+        use crate::{Limit, Tier};
+        let running = Policy::builder()
+            .tier(
+                Tier::new("free")
+                    .limit(Limit::token_bucket("burst", 10, 1.0))
+                    .limit(Limit::per_day("day", 100)),
+            )
+            .tier(Tier::new("anonymous").limit(Limit::per_day("day", 10)))
+            .build()
+            .unwrap();
+        let new = Policy::builder()
+            .tier(
+                Tier::new("free")
+                    .limit(Limit::gcra("burst", 1.0, 10))
+                    .limit(Limit::per_day("daily", 100)),
+            )
+            .tier(Tier::new("anonymous").limit(Limit::per_day("day", 10)))
+            .build()
+            .unwrap();
+        assert_eq!(
+            super::fresh_counters(&running, &new),
+            vec!["free.burst (token_bucket -> gcra)", "free.daily (new)"]
+        );
+        assert!(super::fresh_counters(&running, &running).is_empty());
     }
 
     #[test]
