@@ -137,6 +137,12 @@ impl Eq for Identity {}
 /// Longest display name kept, in characters ([`Identity::with_display_name`]).
 pub const MAX_DISPLAY_NAME: usize = 64;
 
+/// Longest raw identity shown with `key_display = "raw"`, in characters: a
+/// longer one (a client may send a 64 KiB descriptor value) is cut and
+/// ends in its hash, so the fleet view's top-K stays small and two long
+/// keys with one head stay apart.
+pub const MAX_RAW_DISPLAY: usize = 128;
+
 impl Identity {
     /// An identity of `kind` with raw value `raw`, hashed without a key
     /// (a limiter keys it before deciding).
@@ -264,7 +270,12 @@ impl Identity {
     /// The form shown on the dashboard and kept in the fleet view.
     pub fn display(&self, mode: KeyDisplay) -> String {
         match mode {
-            KeyDisplay::Raw => self.raw.clone(),
+            KeyDisplay::Raw if self.raw.chars().count() <= MAX_RAW_DISPLAY => self.raw.clone(),
+            KeyDisplay::Raw => {
+                let tail = &self.hash[self.hash.len() - 8..];
+                let head: String = self.raw.chars().take(MAX_RAW_DISPLAY - 9).collect();
+                format!("{head}…{tail}")
+            }
             KeyDisplay::Hashed => self.hash.clone(),
             KeyDisplay::Masked => self.masked(),
         }
@@ -312,6 +323,24 @@ impl std::fmt::Debug for Identity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_raw_display_is_bounded_and_long_keys_stay_apart() {
+        let short = Identity::new(IdentityKind::Custom, "edge:api_key=k1");
+        assert_eq!(short.display(KeyDisplay::Raw), "edge:api_key=k1");
+        let long_a = Identity::new(IdentityKind::Custom, "a".repeat(65_536));
+        let long_b = Identity::new(IdentityKind::Custom, format!("{}b", "a".repeat(65_535)));
+        let (a, b) = (
+            long_a.display(KeyDisplay::Raw),
+            long_b.display(KeyDisplay::Raw),
+        );
+        assert_eq!(a.chars().count(), MAX_RAW_DISPLAY);
+        assert_eq!(b.chars().count(), MAX_RAW_DISPLAY);
+        assert_ne!(
+            a, b,
+            "two long keys with one head are told apart by their hash"
+        );
+    }
 
     #[test]
     fn masked_forms_show_a_short_head_and_the_end_of_the_hash() {
