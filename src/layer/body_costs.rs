@@ -55,8 +55,11 @@ use crate::Limiter;
 #[derive(Debug, Clone)]
 pub(crate) struct BodyJson(pub(crate) Arc<serde_json::Value>);
 
-/// Reads the JSON-body cost estimates of route rules; see the
-/// [module docs](self).
+/// Reads the JSON body of requests whose route rules need it (a `json`
+/// cost estimate or `when` condition), through a buffer bounded by the
+/// route's `max_body_bytes` (413 beyond), and hands the body on intact.
+/// Made by [`Limiter::body_costs_layer`]; install it outside
+/// [`Limiter::layer`].
 #[derive(Debug, Clone)]
 pub struct BodyCostsLayer {
     limiter: Limiter,
