@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 use tower::ServiceExt;
 
 use super::Readiness;
-use crate::service::grpc::{HEALTH_SERVICE, ProstCodec, RLS_SERVICE};
+use crate::service::grpc::{HEALTH_SERVICE, ProstCodec, RLS_SERVICE, health_answer};
 use crate::service::proto::{HealthCheckRequest, HealthCheckResponse, ServingStatus};
 use crate::service::{HealthServer, RateLimitServer, RateLimitService};
 
@@ -87,14 +87,7 @@ impl UnaryService<HealthCheckRequest> for NotServing {
     type Future = std::future::Ready<Result<Response<HealthCheckResponse>, Status>>;
 
     fn call(&mut self, request: Request<HealthCheckRequest>) -> Self::Future {
-        let service = request.into_inner().service;
-        std::future::ready(if service.is_empty() || service == RLS_SERVICE {
-            Ok(Response::new(HealthCheckResponse {
-                status: ServingStatus::NotServing as i32,
-            }))
-        } else {
-            Err(Status::not_found(format!("unknown service {service:?}")))
-        })
+        std::future::ready(health_answer(request, ServingStatus::NotServing))
     }
 }
 

@@ -173,14 +173,23 @@ impl UnaryService<HealthCheckRequest> for Check {
     type Future = std::future::Ready<Result<Response<HealthCheckResponse>, Status>>;
 
     fn call(&mut self, request: Request<HealthCheckRequest>) -> Self::Future {
-        let service = request.into_inner().service;
-        std::future::ready(if service.is_empty() || service == RLS_SERVICE {
-            Ok(Response::new(HealthCheckResponse {
-                status: ServingStatus::Serving as i32,
-            }))
-        } else {
-            Err(Status::not_found(format!("unknown service {service:?}")))
-        })
+        std::future::ready(health_answer(request, ServingStatus::Serving))
+    }
+}
+
+/// The answer to `Health/Check`: `status` for the server (an empty
+/// service name) and the rate limit service, NOT_FOUND for any other.
+pub(crate) fn health_answer(
+    request: Request<HealthCheckRequest>,
+    status: ServingStatus,
+) -> Result<Response<HealthCheckResponse>, Status> {
+    let service = request.into_inner().service;
+    if service.is_empty() || service == RLS_SERVICE {
+        Ok(Response::new(HealthCheckResponse {
+            status: status as i32,
+        }))
+    } else {
+        Err(Status::not_found(format!("unknown service {service:?}")))
     }
 }
 
