@@ -83,6 +83,18 @@ struct ServeArgs {
     #[arg(long, env = "RATEWATCH_IDLE_TIMEOUT_MS",
           value_parser = clap::value_parser!(u64).range(1..=864_000_000))]
     idle_timeout_ms: Option<u64>,
+    /// Serve TLS on the HTTP and gRPC ports with this certificate chain
+    /// (PEM, leaf first; overrides `[server] tls_cert_file`).
+    #[arg(long, env = "RATEWATCH_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert (overrides `[server]
+    /// tls_key_file`).
+    #[arg(long, env = "RATEWATCH_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates signed by a CA of this PEM bundle
+    /// (mutual TLS; overrides `[server] tls_client_ca_file`).
+    #[arg(long, env = "RATEWATCH_TLS_CLIENT_CA")]
+    tls_client_ca: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -94,7 +106,19 @@ impl ServeArgs {
             self.header_read_timeout_ms,
             self.idle_timeout_ms,
         );
+        let (cert, key, client_ca) = (
+            self.tls_cert.clone(),
+            self.tls_key.clone(),
+            self.tls_client_ca.clone(),
+        );
         move |mut p: Policy| {
+            if let (Some(c), Some(k)) = (&cert, &key) {
+                p.server.tls_cert_file = Some(c.clone());
+                p.server.tls_key_file = Some(k.clone());
+            }
+            if let Some(ca) = &client_ca {
+                p.server.tls_client_ca_file = Some(ca.clone());
+            }
             if let Some(n) = max {
                 p.server.max_connections = n as usize;
             }
@@ -161,7 +185,11 @@ fn main() -> ExitCode {
 /// included, and every file it names read as `serve` reads them), so a
 /// policy it accepts is one `serve` starts with.
 fn check_config(file: &std::path::Path) -> ExitCode {
-    let checked = load_policy(Some(file)).and_then(|p| p.check_named_files().map(|()| p));
+    let checked = load_policy(Some(file)).and_then(|p| {
+        p.check_named_files()?;
+        server::check_tls(&p.server)?;
+        Ok(p)
+    });
     match checked {
         Ok(p) => {
             println!(
@@ -278,6 +306,12 @@ fn run(args: ServeArgs, demo: bool, json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The TLS files are read now, so a bad one stops the start with its
+    // name (as a policy error does), before any port is bound.
+    if let Err(e) = server::check_tls(&policy.server) {
+        fail(json, e);
+        return ExitCode::from(2);
+    }
     let listen = args
         .listen
         .or(peer.as_ref().map(|p| p.listen))

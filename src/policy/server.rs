@@ -13,6 +13,12 @@
 //! or beyond `grpc_max_connections`. What one gRPC connection may hold is
 //! bounded by [`ServerSettings::grpc_connection_bytes`].
 //!
+//! With `tls_cert_file` and `tls_key_file` both ports serve TLS only
+//! (the HTTP port offers ALPN `h2` and `http/1.1`, the gRPC port `h2`), and
+//! with `tls_client_ca_file` they require a client certificate that CA
+//! signed. The server follows the three files: a changed pair is used
+//! for new connections, a bad one is logged and the old one kept.
+//!
 //! The section is read when the server starts: a reload does not rebind
 //! ports or change the bounds of open listeners.
 //!
@@ -23,6 +29,7 @@
 //! assert_eq!(p.server.grpc_max_concurrent_streams, 100);
 //! ```
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// `[server]`: the bounds of `ratewatch serve`'s listeners.
@@ -58,6 +65,16 @@ pub struct ServerSettings {
     pub grpc_max_frame_size: u32,
     /// gRPC port: `SETTINGS_MAX_HEADER_LIST_SIZE`, in bytes (8,192).
     pub grpc_max_header_list_size: u32,
+    /// Both ports: the certificate chain (PEM, leaf first) served over TLS;
+    /// with [`tls_key_file`](Self::tls_key_file), the ports speak TLS only
+    /// (none: plain text).
+    pub tls_cert_file: Option<PathBuf>,
+    /// Both ports: the private key (PEM: PKCS#8, PKCS#1 or SEC1) of
+    /// [`tls_cert_file`](Self::tls_cert_file).
+    pub tls_key_file: Option<PathBuf>,
+    /// Both ports: require a client certificate signed by a CA of this PEM
+    /// bundle (mutual TLS; none: no client certificate asked for).
+    pub tls_client_ca_file: Option<PathBuf>,
 }
 
 impl Default for ServerSettings {
@@ -74,6 +91,9 @@ impl Default for ServerSettings {
             grpc_connection_window: 262_144,
             grpc_max_frame_size: 16_384,
             grpc_max_header_list_size: 8_192,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_client_ca_file: None,
         }
     }
 }
@@ -89,5 +109,12 @@ impl ServerSettings {
         u64::from(self.grpc_connection_window)
             + u64::from(self.grpc_max_concurrent_streams)
                 * (u64::from(self.grpc_max_header_list_size) + u64::from(GRPC_SEND_BUFFER))
+    }
+
+    /// Whether the ports serve TLS: a certificate or a key is named (a
+    /// lone one, or a client CA without them, is an error when the server
+    /// starts and in `check-config`).
+    pub fn tls(&self) -> bool {
+        self.tls_cert_file.is_some() || self.tls_key_file.is_some()
     }
 }

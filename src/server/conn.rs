@@ -1,5 +1,5 @@
-//! One connection, HTTP/1.1 or HTTP/2 (h2c), served with hyper under the
-//! bounds of `[server]`.
+//! One connection, HTTP/1.1 or HTTP/2 (h2c, or over TLS as ALPN chose),
+//! served with hyper under the bounds of `[server]`.
 //!
 //! A connection is *busy* while a request is being handled and *idle*
 //! otherwise. An idle connection is closed after its idle timeout, and one
@@ -7,7 +7,9 @@
 //! (an HTTP/1 client that sends nothing, an HTTP/2 client that never
 //! finishes its preface). Closing is graceful (the request in progress is
 //! answered; HTTP/2 sends GOAWAY), and a connection still open
-//! [`CLOSE_GRACE`] after being told to close is dropped.
+//! [`CLOSE_GRACE`] after being told to close is dropped. Over TLS the
+//! handshake is part of the first request's time: a client that never
+//! sends its ClientHello is dropped at the header read timeout.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -29,6 +31,7 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 
 use super::body::Stalling;
+use super::tls::{LiveTls, Port};
 use crate::policy::{GRPC_SEND_BUFFER, ServerSettings};
 
 /// How long a connection told to close (idle, or the server stopping) may
@@ -243,35 +246,139 @@ where
     }
 }
 
-/// Serves `app` on an HTTP/1.1 connection: `ConnectInfo<SocketAddr>` in
-/// every request's extensions (as `into_make_service_with_connect_info`
-/// gives), the request head within `header_read_timeout` and each part of
-/// its body within as long of the last, keep-alive until `idle_timeout`.
-pub(super) async fn http1(
+/// The TLS handshake of a connection on `port`, within the header read
+/// timeout from the connection's start; `None` when it failed, took too
+/// long or the server stopped meanwhile.
+async fn handshake(
+    tls: &LiveTls,
+    port: Port,
+    stream: TcpStream,
+    remote: SocketAddr,
+    within: Duration,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    tokio::select! {
+        r = tokio::time::timeout(within, tls.accept(port, stream)) => match r {
+            Ok(Ok(s)) => Some(s),
+            Ok(Err(e)) => {
+                tracing::debug!(%remote, error = %e, "TLS handshake failed");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(%remote, "no TLS handshake within the header read timeout");
+                None
+            }
+        },
+        () = super::listener::stopped(stop) => None,
+    }
+}
+
+/// Whether ALPN chose HTTP/2.
+fn negotiated_h2(s: &tokio_rustls::server::TlsStream<TcpStream>) -> bool {
+    s.get_ref().1.alpn_protocol() == Some(b"h2")
+}
+
+/// Serves `app` on a connection of the HTTP port: HTTP/1.1 in plain text;
+/// over TLS (with `tls`) HTTP/2 or HTTP/1.1 as ALPN chose.
+pub(super) async fn http(
     stream: TcpStream,
     remote: SocketAddr,
     app: Router,
     bounds: ServerSettings,
     mut stop: watch::Receiver<bool>,
+    tls: Option<Arc<LiveTls>>,
 ) {
     let activity = Activity::new();
+    let Some(tls) = tls else {
+        return http1(stream, remote, app, bounds, stop, activity).await;
+    };
+    let within = bounds.header_read_timeout;
+    let Some(s) = handshake(&tls, Port::Http, stream, remote, within, &mut stop).await else {
+        return;
+    };
+    if negotiated_h2(&s) {
+        let idle = bounds.idle_timeout;
+        let service = move |req| app_answer(&app, remote, within, req);
+        h2(s, remote, service, bounds, idle, stop, activity).await;
+    } else {
+        http1(s, remote, app, bounds, stop, activity).await;
+    }
+}
+
+/// Serves the gRPC port's `service` on a connection: h2c in plain text,
+/// HTTP/2 over TLS (with `tls`).
+pub(super) async fn grpc<S, F>(
+    stream: TcpStream,
+    remote: SocketAddr,
+    service: S,
+    bounds: ServerSettings,
+    mut stop: watch::Receiver<bool>,
+    tls: Option<Arc<LiveTls>>,
+) where
+    S: Fn(http::Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = http::Response<tonic::body::Body>> + Send + 'static,
+{
+    let activity = Activity::new();
+    let idle = bounds.grpc_idle_timeout;
+    match tls {
+        None => h2(stream, remote, service, bounds, idle, stop, activity).await,
+        Some(tls) => {
+            let within = bounds.header_read_timeout;
+            if let Some(s) = handshake(&tls, Port::Grpc, stream, remote, within, &mut stop).await {
+                h2(s, remote, service, bounds, idle, stop, activity).await;
+            }
+        }
+    }
+}
+
+/// `app`'s answer to `req`: `ConnectInfo<SocketAddr>` in its extensions
+/// (as `into_make_service_with_connect_info` gives), each part of its body
+/// within `body_within` of the last.
+fn app_answer(
+    app: &Router,
+    remote: SocketAddr,
+    body_within: Duration,
+    mut req: http::Request<Incoming>,
+) -> impl Future<Output = http::Response<axum::body::Body>> + Send + use<> {
+    req.extensions_mut().insert(ConnectInfo(remote));
+    let app = app.clone();
+    // A request without a body (most) needs no timer for it.
+    let req = if http_body::Body::is_end_stream(req.body()) {
+        req.map(axum::body::Body::new)
+    } else {
+        req.map(|b| axum::body::Body::new(Stalling::new(b, body_within)))
+    };
+    async move {
+        match app.oneshot(req).await {
+            Ok(res) => res,
+            Err(never) => match never {},
+        }
+    }
+}
+
+/// Serves `app` on an HTTP/1.1 connection: the request head within
+/// `header_read_timeout` and each part of its body within as long of the
+/// last, keep-alive until `idle_timeout`.
+async fn http1<I>(
+    stream: I,
+    remote: SocketAddr,
+    app: Router,
+    bounds: ServerSettings,
+    mut stop: watch::Receiver<bool>,
+    activity: Activity,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let service = {
         let activity = activity.clone();
         let body_within = bounds.header_read_timeout;
-        hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
-            req.extensions_mut().insert(ConnectInfo(remote));
+        hyper::service::service_fn(move |req: http::Request<Incoming>| {
             let busy = activity.begin();
-            let app = app.clone();
-            // A request without a body (most) needs no timer for it.
-            let req = if http_body::Body::is_end_stream(req.body()) {
-                req.map(axum::body::Body::new)
-            } else {
-                req.map(|b| axum::body::Body::new(Stalling::new(b, body_within)))
-            };
+            let answer = app_answer(&app, remote, body_within, req);
             async move {
-                let res = app.oneshot(req).await;
+                let res = answer.await;
                 drop(busy);
-                res
+                Ok::<_, Infallible>(res)
             }
         })
     };
@@ -302,21 +409,25 @@ pub(super) async fn http1(
     }
 }
 
-/// Serves `service` on an HTTP/2 (h2c) connection, announcing the stream,
-/// window, frame and header-list bounds of `bounds` in its SETTINGS.
-/// `service` answers each request; `busy` marks the connection busy for
-/// as long as it runs.
-pub(super) async fn h2<S, F>(
-    stream: TcpStream,
+/// Serves `service` on an HTTP/2 connection, announcing the stream,
+/// window, frame and header-list bounds of `bounds` in its SETTINGS,
+/// closing it after `idle` without a request. `service` answers each
+/// request; the connection is busy for as long as it runs.
+async fn h2<I, S, F, B>(
+    stream: I,
     remote: SocketAddr,
     service: S,
     bounds: ServerSettings,
+    idle: Duration,
     mut stop: watch::Receiver<bool>,
+    activity: Activity,
 ) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: Fn(http::Request<Incoming>) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = http::Response<tonic::body::Body>> + Send + 'static,
+    F: Future<Output = http::Response<B>> + Send + 'static,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let activity = Activity::new();
     let svc = {
         let activity = activity.clone();
         hyper::service::service_fn(move |req: http::Request<Incoming>| {
@@ -344,7 +455,7 @@ pub(super) async fn h2<S, F>(
         |c| c.graceful_shutdown(),
         &activity,
         bounds.header_read_timeout,
-        bounds.grpc_idle_timeout,
+        idle,
         &mut stop,
     )
     .await

@@ -15,6 +15,7 @@ mod grpc;
 mod listener;
 mod readiness;
 mod slow;
+mod tls;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -28,6 +29,7 @@ pub use demo::spawn_demo_traffic;
 pub use listener::REFUSAL_LOG_EVERY;
 pub use readiness::Readiness;
 pub use slow::MAX_SLOW_MS;
+pub use tls::{TLS_POLL, check_tls};
 
 use crate::Limiter;
 
@@ -220,6 +222,8 @@ async fn serve_ports(
     readiness: Readiness,
 ) -> std::io::Result<Serving> {
     let bounds = limiter.policy().server.clone();
+    let tls = tls::LiveTls::load(&bounds)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     let listener = tokio::net::TcpListener::bind(options.listen).await?;
     let grpc_listener = match options.grpc {
         Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
@@ -235,10 +239,19 @@ async fn serve_ports(
         max_connections = bounds.max_connections,
         header_read_timeout_ms = bounds.header_read_timeout.as_millis() as u64,
         idle_timeout_ms = bounds.idle_timeout.as_millis() as u64,
+        tls = tls.is_some(),
         "ratewatch listening"
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
+    if let Some(t) = &tls {
+        tracing::info!(
+            cert = ?bounds.tls_cert_file,
+            client_certificates = bounds.tls_client_ca_file.is_some(),
+            "TLS on the HTTP and gRPC ports (the admin port stays plain text)"
+        );
+        tasks.push(tokio::spawn(t.clone().follow(stop_rx.clone())));
+    }
     if let Some(l) = grpc_listener {
         if let Ok(addr) = l.local_addr() {
             tracing::info!(
@@ -257,6 +270,7 @@ async fn serve_ports(
             bounds.grpc_request_timeout,
         );
         let b = bounds.clone();
+        let t = tls.clone();
         tasks.push(tokio::spawn(listener::accept_loop(
             l,
             "grpc",
@@ -264,7 +278,8 @@ async fn serve_ports(
             stop_rx.clone(),
             move |stream, remote, stop| {
                 let port = port.clone();
-                conn::h2(stream, remote, move |req| port.answer(req), b.clone(), stop)
+                let answer = move |req| port.answer(req);
+                conn::grpc(stream, remote, answer, b.clone(), stop, t.clone())
             },
         )));
     }
@@ -281,7 +296,7 @@ async fn serve_ports(
                 bounds.max_connections,
                 stop_rx.clone(),
                 move |stream, remote, stop| {
-                    conn::http1(stream, remote, admin.clone(), b.clone(), stop)
+                    conn::http(stream, remote, admin.clone(), b.clone(), stop, None)
                 },
             )));
             decision_app(limiter.clone(), readiness.clone())
@@ -294,7 +309,9 @@ async fn serve_ports(
         "http",
         bounds.max_connections,
         stop_rx,
-        move |stream, remote, stop| conn::http1(stream, remote, app.clone(), b.clone(), stop),
+        move |stream, remote, stop| {
+            conn::http(stream, remote, app.clone(), b.clone(), stop, tls.clone())
+        },
     )));
     readiness::shutdown_signal().await;
     readiness.start_draining();

@@ -4,7 +4,7 @@
 use super::reader::{Result, Table};
 use crate::policy::ServerSettings;
 
-const KEYS: [&str; 11] = [
+const KEYS: [&str; 14] = [
     "header_read_timeout_ms",
     "idle_timeout_ms",
     "max_connections",
@@ -16,6 +16,9 @@ const KEYS: [&str; 11] = [
     "grpc_connection_window",
     "grpc_max_frame_size",
     "grpc_max_header_list_size",
+    "tls_cert_file",
+    "tls_key_file",
+    "tls_client_ca_file",
 ];
 
 /// Ten days: longer than any timeout meant to bound a client.
@@ -65,6 +68,30 @@ pub(super) fn server(t: Option<Table<'_>>) -> Result<ServerSettings> {
     }
     if let Some(n) = t.uint("grpc_max_header_list_size", 1024, 1 << 20)? {
         s.grpc_max_header_list_size = n as u32;
+    }
+    s.tls_cert_file = t.str("tls_cert_file")?.map(Into::into);
+    s.tls_key_file = t.str("tls_key_file")?.map(Into::into);
+    s.tls_client_ca_file = t.str("tls_client_ca_file")?.map(Into::into);
+    match (&s.tls_cert_file, &s.tls_key_file) {
+        (Some(_), None) => {
+            return Err(t.error_at(
+                "tls_cert_file",
+                "needs `tls_key_file`, the certificate's private key, beside it",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(t.error_at(
+                "tls_key_file",
+                "needs `tls_cert_file`, the certificate chain it is the key of, beside it",
+            ));
+        }
+        (None, None) if s.tls_client_ca_file.is_some() => {
+            return Err(t.error_at(
+                "tls_client_ca_file",
+                "asks clients for certificates, which needs TLS: set `tls_cert_file` and `tls_key_file` too",
+            ));
+        }
+        _ => {}
     }
     Ok(s)
 }
