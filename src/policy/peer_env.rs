@@ -126,6 +126,11 @@ impl PeerEnv {
         if env.flag("MERGE_DOMAIN_CONFIG", false)? {
             toml.push_str("merge_domains = true\n");
         }
+        // The peer's healthcheck fails while it has no Redis connection;
+        // ratewatch's while every store shard's breaker is open.
+        if env.flag("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false)? {
+            toml.push_str("\n[server]\nhealthcheck_store = true\n");
+        }
         let listen = env.addr("HOST", "PORT", 8080)?;
         let grpc_listen = env.addr("GRPC_HOST", "GRPC_PORT", 8081)?;
         if let Some(r) = env.get("NEAR_LIMIT_RATIO") {
@@ -195,7 +200,7 @@ impl<F: Fn(&str) -> Option<String>> Env<'_, F> {
 
     /// Settings whose value asks for a behaviour ratewatch does not have.
     fn refuse_unsupported(&self) -> Result<(), ConfigError> {
-        const FLAGS: [(&str, &str); 13] = [
+        const FLAGS: [(&str, &str); 12] = [
             (
                 "USE_STATSD",
                 "ratewatch exports Prometheus metrics on GET /metrics of PORT, not statsd; set USE_STATSD=false",
@@ -238,10 +243,6 @@ impl<F: Fn(&str) -> Option<String>> Env<'_, F> {
                 "ratewatch does not add the peer's RateLimit-Limit/-Remaining/-Reset headers",
             ),
             ("MEMCACHE_TLS", "ratewatch has no memcached store"),
-            (
-                "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
-                "ratewatch's health does not depend on Redis (GET /ready and the breaker say how it is)",
-            ),
         ];
         for (name, why) in FLAGS {
             if self.flag(name, false)? {
@@ -600,6 +601,41 @@ mod tests {
                 .find(|(n, _)| *n == name)
                 .map(|(_, v)| (*v).to_owned()),
         }
+    }
+
+    #[test]
+    fn redis_health_check_active_connection_makes_the_healthcheck_follow_the_store() {
+        let root = rules_root();
+        let base = [("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_URL", "a:1")];
+        let policy = |extra: &[(&'static str, &'static str)]| {
+            let vars: Vec<_> = base.iter().chain(extra).copied().collect();
+            PeerEnv::from_vars(env(&root, &vars))
+                .unwrap()
+                .unwrap()
+                .policy()
+                .unwrap()
+        };
+        assert!(!policy(&[]).server.healthcheck_store);
+        assert!(
+            !policy(&[("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false")])
+                .server
+                .healthcheck_store
+        );
+        assert!(
+            policy(&[("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true")])
+                .server
+                .healthcheck_store
+        );
+        let vars = [
+            ("REDIS_URL", "a:1"),
+            ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "yes"),
+        ];
+        let err = PeerEnv::from_vars(env(&root, &vars)).unwrap_err();
+        assert_eq!(
+            err.field(),
+            Some("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -75,6 +75,11 @@ pub struct ServerSettings {
     /// Both ports: require a client certificate signed by a CA of this PEM
     /// bundle (mutual TLS; none: no client certificate asked for).
     pub tls_client_ca_file: Option<PathBuf>,
+    /// `/healthcheck` and gRPC health fail (500, NOT_SERVING) while the
+    /// store is down: every shard's circuit breaker open (false: they
+    /// fail only while draining). envoyproxy/ratelimit's
+    /// `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`.
+    pub healthcheck_store: bool,
 }
 
 impl Default for ServerSettings {
@@ -94,6 +99,7 @@ impl Default for ServerSettings {
             tls_cert_file: None,
             tls_key_file: None,
             tls_client_ca_file: None,
+            healthcheck_store: false,
         }
     }
 }

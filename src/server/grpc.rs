@@ -1,6 +1,7 @@
 //! What the gRPC port answers: the rate limit service and gRPC health of
 //! [`crate::service`], each request bounded by `grpc_request_timeout`,
-//! and health NOT_SERVING while the server drains.
+//! and health NOT_SERVING while the server drains (or, with
+//! `[server] healthcheck_store`, while the store is down).
 
 use std::future::Future;
 use std::time::Duration;
@@ -46,7 +47,7 @@ impl GrpcPort {
             let answer = async {
                 match service {
                     Some(RLS_SERVICE) => port.rls.oneshot(req).await,
-                    Some(HEALTH_SERVICE) if port.readiness.is_draining() => {
+                    Some(HEALTH_SERVICE) if port.readiness.unhealthy().is_some() => {
                         let mut grpc = Grpc::new(ProstCodec::<
                             HealthCheckResponse,
                             HealthCheckRequest,
@@ -78,8 +79,8 @@ fn service_of(path: &str) -> Option<&'static str> {
         .find(|s| *s == service)
 }
 
-/// `Health/Check` while draining: NOT_SERVING for the server and the rate
-/// limit service alike.
+/// `Health/Check` while unhealthy: NOT_SERVING for the server and the
+/// rate limit service alike.
 struct NotServing;
 
 impl UnaryService<HealthCheckRequest> for NotServing {

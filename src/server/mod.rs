@@ -222,6 +222,11 @@ async fn serve_ports(
     readiness: Readiness,
 ) -> std::io::Result<Serving> {
     let bounds = limiter.policy().server.clone();
+    let readiness = if bounds.healthcheck_store {
+        readiness.with_store(limiter.clone())
+    } else {
+        readiness
+    };
     let tls = tls::LiveTls::load(&bounds)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     let listener = tokio::net::TcpListener::bind(options.listen).await?;

@@ -3,9 +3,11 @@
 //! `GET /health` is liveness: 200 while the process serves at all.
 //! `GET /ready` is readiness: 200 `ready` while the policy is loaded and
 //! the server is not draining, else 503. `GET /healthcheck` answers as
-//! envoyproxy/ratelimit's does: 200 `OK` when healthy, 500 while draining.
-//! gRPC health (`grpc.health.v1.Health/Check`) answers NOT_SERVING while
-//! draining.
+//! envoyproxy/ratelimit's does: 200 `OK` when healthy, 500 while draining
+//! and, with `[server] healthcheck_store = true`, while the store is down
+//! (every shard's circuit breaker open or probing: a look at the breakers,
+//! no store call). gRPC health (`grpc.health.v1.Health/Check`) answers
+//! NOT_SERVING in the same cases.
 //!
 //! On SIGTERM (or Ctrl-C) the server drains: readiness fails at once while
 //! both ports keep serving for the drain time, so a load balancer or
@@ -18,10 +20,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
+use crate::Limiter;
+use crate::resilience::BreakerState;
+
 /// Whether the server takes new work. Clones share one state.
 #[derive(Clone, Debug, Default)]
 pub struct Readiness {
     draining: Arc<AtomicBool>,
+    /// With `healthcheck_store`: the limiter whose breakers say whether
+    /// the store is down.
+    store: Option<Limiter>,
 }
 
 impl Readiness {
@@ -40,6 +48,25 @@ impl Readiness {
         self.draining.load(Ordering::SeqCst)
     }
 
+    /// This readiness, its health also failing while `limiter`'s store is
+    /// down (`[server] healthcheck_store`).
+    pub(super) fn with_store(mut self, limiter: Limiter) -> Self {
+        self.store = Some(limiter);
+        self
+    }
+
+    /// Why `/healthcheck` and gRPC health fail now, if they do.
+    pub(super) fn unhealthy(&self) -> Option<&'static str> {
+        if self.is_draining() {
+            return Some("draining");
+        }
+        let limiter = self.store.as_ref()?;
+        // No shard known yet (no call made) is no evidence of an outage.
+        let states = limiter.breaker_states();
+        let down = !states.is_empty() && states.iter().all(|(_, s)| *s != BreakerState::Closed);
+        down.then_some("store unreachable")
+    }
+
     /// `GET /ready`: 200 `ready`, or 503 `draining`.
     pub(super) fn ready(&self) -> Response {
         if self.is_draining() {
@@ -50,12 +77,11 @@ impl Readiness {
     }
 
     /// `GET /healthcheck`, as envoyproxy/ratelimit answers it: 200 `OK`,
-    /// or 500 while draining.
+    /// or 500 and why ([`Readiness::unhealthy`]).
     pub(super) fn healthcheck(&self) -> Response {
-        if self.is_draining() {
-            (StatusCode::INTERNAL_SERVER_ERROR, "draining").into_response()
-        } else {
-            "OK".into_response()
+        match self.unhealthy() {
+            Some(why) => (StatusCode::INTERNAL_SERVER_ERROR, why).into_response(),
+            None => "OK".into_response(),
         }
     }
 }

@@ -4,7 +4,7 @@
 use super::reader::{Result, Table};
 use crate::policy::ServerSettings;
 
-const KEYS: [&str; 14] = [
+const KEYS: [&str; 15] = [
     "header_read_timeout_ms",
     "idle_timeout_ms",
     "max_connections",
@@ -19,6 +19,7 @@ const KEYS: [&str; 14] = [
     "tls_cert_file",
     "tls_key_file",
     "tls_client_ca_file",
+    "healthcheck_store",
 ];
 
 /// Ten days: longer than any timeout meant to bound a client.
@@ -68,6 +69,9 @@ pub(super) fn server(t: Option<Table<'_>>) -> Result<ServerSettings> {
     }
     if let Some(n) = t.uint("grpc_max_header_list_size", 1024, 1 << 20)? {
         s.grpc_max_header_list_size = n as u32;
+    }
+    if let Some(b) = t.bool("healthcheck_store")? {
+        s.healthcheck_store = b;
     }
     s.tls_cert_file = t.str("tls_cert_file")?.map(Into::into);
     s.tls_key_file = t.str("tls_key_file")?.map(Into::into);
