@@ -219,7 +219,7 @@ impl<F: Fn(&str) -> Option<String>> Env<'_, F> {
             ),
             (
                 "GRPC_SERVER_USE_TLS",
-                "ratewatch serves gRPC as h2c without TLS; terminate TLS in front of it",
+                "ratewatch's own TLS covers both ports: set RATEWATCH_TLS_CERT and RATEWATCH_TLS_KEY (and RATEWATCH_TLS_CLIENT_CA for client certificates) instead",
             ),
             (
                 "SHADOW_MODE",

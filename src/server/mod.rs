@@ -249,9 +249,9 @@ async fn serve_ports(
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
-    if let Some(t) = &tls {
+    if let (Some(t), Some(cert)) = (&tls, &bounds.tls_cert_file) {
         tracing::info!(
-            cert = ?bounds.tls_cert_file,
+            cert = %cert.display(),
             client_certificates = bounds.tls_client_ca_file.is_some(),
             "TLS on the HTTP and gRPC ports (the admin port stays plain text)"
         );
