@@ -103,7 +103,7 @@ fn fleet() -> Vec<Caller> {
 }
 
 /// Sends built-in traffic through `app` (in process, no socket) until the
-/// returned handle is aborted: the clients of [`fleet`], each request
+/// returned handle is aborted: a built-in fleet of clients, each request
 /// carrying its client's address as the peer address (a plain
 /// `SocketAddr` in the request's extensions, where the layer looks when
 /// there is no socket), so the dashboard and metrics fill as a real fleet's
