@@ -539,3 +539,56 @@ fn a_bad_key_file_stops_serve_and_check_config_naming_the_file() {
     assert_eq!(code, 2, "{out}");
     assert!(out.contains(":2:") && out.contains("tls_key_file"), "{out}");
 }
+
+/// grpcio (grpc-core's TLS, ALPN `h2` required) asks gRPC health over
+/// mutual TLS: SERVING with the client certificate, UNAVAILABLE without.
+#[test]
+fn grpcio_reaches_grpc_health_over_mutual_tls() {
+    let certs = Certs::generate();
+    let grpc_port = free_port();
+    let mut args = tls_args(&certs);
+    args.extend([
+        "--tls-client-ca".into(),
+        s(&certs.ca()),
+        "--grpc-listen".into(),
+        format!("127.0.0.1:{grpc_port}"),
+    ]);
+    let _rw = start(&args, None);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", grpc_port)).is_err() {
+        assert!(Instant::now() < deadline, "the gRPC port never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let script = r#"
+import sys, grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+port, ca, cert, key = sys.argv[1:5]
+read = lambda p: open(p, "rb").read()
+for name, creds in [
+    ("with", grpc.ssl_channel_credentials(read(ca), read(key), read(cert))),
+    ("without", grpc.ssl_channel_credentials(read(ca))),
+]:
+    channel = grpc.secure_channel("localhost:" + port, creds)
+    try:
+        r = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=20)
+        print(name, health_pb2.HealthCheckResponse.ServingStatus.Name(r.status))
+    except grpc.RpcError as e:
+        print(name, e.code().name)
+"#;
+    let out = std::process::Command::new(support::envoy::rls_python())
+        .args(["-c", script, &grpc_port.to_string()])
+        .args([certs.ca(), certs.client_cert(), certs.client_key()])
+        .output()
+        .expect("run the grpcio client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.trim(),
+        "with SERVING\nwithout UNAVAILABLE",
+        "{stdout}"
+    );
+}
