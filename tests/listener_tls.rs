@@ -274,11 +274,21 @@ async fn grpc_health_answers_over_tls_and_h2c_is_refused() {
 }
 
 #[tokio::test]
-async fn mutual_tls_refuses_a_client_without_a_certificate_and_serves_one_with() {
+async fn mutual_tls_from_the_environment_refuses_a_client_without_a_certificate_and_serves_one_with()
+ {
     let certs = Certs::generate();
-    let mut args = tls_args(&certs);
-    args.extend(["--tls-client-ca".into(), s(&certs.ca())]);
-    let rw = start(&args, None);
+    // Through the environment this time.
+    let (cert, key, ca) = (
+        s(&certs.server_cert()),
+        s(&certs.server_key()),
+        s(&certs.ca()),
+    );
+    let env = [
+        ("RATEWATCH_TLS_CERT", cert.as_str()),
+        ("RATEWATCH_TLS_KEY", key.as_str()),
+        ("RATEWATCH_TLS_CLIENT_CA", ca.as_str()),
+    ];
+    let rw = Ratewatch::start_logged("serve", None, &env, &[]);
     let cas = [certs.ca()];
 
     // TLS 1.3: the client's handshake ends before the server checks its
