@@ -41,6 +41,7 @@ use crate::limiter::{
 };
 use crate::policy::rls::{DescriptorRule, Domain, RlsFailure, RlsHeaders, RlsSettings};
 use crate::policy::{FailurePolicy, Limit};
+use crate::telemetry::detailed::{self, HitResult};
 use crate::telemetry::rls as m;
 
 /// The decision service: a limiter and how to answer. Cheap to clone.
@@ -80,6 +81,9 @@ enum Plan {
         /// past the limit as capped debt) before the decision, which then
         /// only reports the group.
         lands: bool,
+        /// The per-value statistics' name of the descriptor, when its
+        /// rule asks for one (`detailed_metric`, `value_to_metric`).
+        detail: Option<String>,
     },
 }
 
@@ -113,6 +117,7 @@ impl RateLimitService {
     /// Registers the service's metrics at zero for every configured domain.
     pub fn register_metrics(&self) {
         m::register_policy(&self.limiter.policy());
+        crate::telemetry::detailed::describe();
     }
 
     /// Decides `request`: every descriptor in one store call. `api` names
@@ -300,7 +305,7 @@ impl RateLimitService {
         let ietf = self
             .ietf_headers
             .unwrap_or(settings.response_headers == RlsHeaders::Ietf);
-        let near = settings.near_limit_ratio;
+        let near = (settings.near_limit_ratio, settings.detailed_metric_top_k);
         let answer = answer(&domain_label, &plans, &decision, peek, ietf, near);
         Ok((answer, decision))
     }
@@ -308,14 +313,15 @@ impl RateLimitService {
 
 /// The answer to a request planned as `plans` and decided as `decision`;
 /// `ietf` adds `RateLimit-Policy` / `RateLimit` for the client; an OK
-/// descriptor at or past `near` of a limit is counted as near its limit.
+/// descriptor at or past `near.0` of a limit is counted as near its limit;
+/// `near.1` values of a `detailed_metric` rule have series of their own.
 fn answer(
     domain: &str,
     plans: &[Plan],
     decision: &GroupsDecision,
     peek: bool,
     ietf: bool,
-    near: f64,
+    (near, top_k): (f64, usize),
 ) -> RlsAnswer {
     let mut reports = decision.groups.iter();
     let fallback = decision.is_fallback();
@@ -341,6 +347,8 @@ fn answer(
                 name,
                 shadow,
                 lands,
+                cost,
+                detail,
                 ..
             } => {
                 let report: &GroupReport = reports.next().expect("one report per group");
@@ -356,8 +364,17 @@ fn answer(
                 };
                 if !peek {
                     m::record_decision(domain, rule, outcome);
-                    if outcome == "ok" && report.limits.iter().any(|l| near_limit(l, near)) {
+                    let is_near = report.limits.iter().any(|l| near_limit(l, near));
+                    if outcome == "ok" && is_near {
                         m::record_near_limit(domain, rule);
+                    }
+                    if let Some(value) = detail.as_deref().filter(|_| *cost > 0) {
+                        let result = match (report.allowed, is_near) {
+                            (false, _) => HitResult::OverLimit,
+                            (true, true) => HitResult::NearLimit,
+                            (true, false) => HitResult::WithinLimit,
+                        };
+                        detailed::record(domain, rule, value, *cost, result, top_k);
                     }
                 }
                 let limit = most_constraining(report);
@@ -474,10 +491,19 @@ fn plan(
         .iter()
         .zip(rules)
         .map(|(d, rule)| {
+            let detail = rule.and_then(|_| {
+                let entries: Vec<(&str, &str)> = d
+                    .entries
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                domain.value_path(&entries)
+            });
             descriptor_plan(
                 &domain.name,
                 d,
                 rule,
+                detail,
                 &replaced,
                 (default_cost, request.hits_addend > 0),
                 tier_limits,
@@ -490,6 +516,7 @@ fn descriptor_plan(
     domain: &str,
     d: &RlsDescriptor,
     rule: Option<&DescriptorRule>,
+    detail: Option<String>,
     replaced: &[&Arc<str>],
     (default_cost, addend_given): (u64, bool),
     tier_limits: &dyn Fn(&str) -> TierLimits,
@@ -524,6 +551,7 @@ fn descriptor_plan(
             shown,
             failure: rule.and_then(|r| r.on_store_failure),
             lands: false,
+            detail: None,
         };
     }
     let Some(rule) = rule else {
@@ -590,6 +618,7 @@ fn descriptor_plan(
         // with no addend at all (charging 1, refused once nothing is
         // left) or with an explicit 0 (checking only).
         lands: rule.apply_on_stream_done && cost > 0 && (d.hits_addend.is_some() || addend_given),
+        detail,
     }
 }
 

@@ -322,11 +322,13 @@ impl Cx<'_> {
             }
             return Err(self.error(line, &field, why));
         }
-        // Accepted for compatibility: ratewatch's metric labels are the
-        // rule's bounded label whatever these say.
+        // Request values in per-value statistics, which the operator asks
+        // for here; `telemetry::detailed` bounds how many values get a
+        // series of their own.
         let detailed_metric =
             self.boolean(map.get("detailed_metric"), &join(path, "detailed_metric"))?;
-        self.boolean(map.get("value_to_metric"), &join(path, "value_to_metric"))?;
+        entry.value_to_metric =
+            self.boolean(map.get("value_to_metric"), &join(path, "value_to_metric"))?;
         let shadow = self.boolean(map.get("shadow_mode"), &join(path, "shadow_mode"))?;
         if let Some(rl) = map.get("rate_limit").filter(|n| !n.is_null()) {
             let mut rule = self.rate_limit(rl, &join(path, "rate_limit"), &label)?;
