@@ -194,3 +194,200 @@ fn detailed_metric_top_k_must_be_between_one_and_a_thousand() {
         .expect("1000 is accepted");
     assert_eq!(p.rls.detailed_metric_top_k, 1000);
 }
+
+const METADATA_YAML: &str = r#"
+domain: test-domain
+descriptors:
+  - key: key1
+    value: value1
+    descriptors:
+      - key: subkey1
+        rate_limit:
+          unit: second
+          requests_per_unit: 5
+        metadata:
+          name: service_1
+          weight: 3
+          flags: [a, "b"]
+  - key: key2
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+    metadata:
+      service_with_quota:
+        name: service_2
+      name: not_the_first
+  - key: tight
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1
+    metadata:
+      tight_one: yes
+  - key: free
+    rate_limit:
+      unlimited: true
+    metadata:
+      free_one: true
+"#;
+
+/// Serves gRPC for `limiter` on a free port.
+async fn grpc(limiter: &Limiter) -> tonic::transport::Channel {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let service = ratewatch::service::RateLimitService::new(limiter.clone());
+    tokio::spawn(ratewatch::service::serve(
+        service,
+        listener,
+        std::future::pending(),
+    ));
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .expect("connect")
+}
+
+async fn ask(
+    channel: &tonic::transport::Channel,
+    descriptors: &[&[(&str, &str)]],
+    hits_addend: u32,
+) -> ratewatch::service::proto::RateLimitResponse {
+    use ratewatch::service::grpc::ProstCodec;
+    use ratewatch::service::proto::{
+        Entry, RateLimitDescriptor, RateLimitRequest, RateLimitResponse,
+    };
+    let request = RateLimitRequest {
+        domain: "test-domain".into(),
+        descriptors: descriptors
+            .iter()
+            .map(|entries| RateLimitDescriptor {
+                entries: entries
+                    .iter()
+                    .map(|(k, v)| Entry {
+                        key: (*k).into(),
+                        value: (*v).into(),
+                    })
+                    .collect(),
+                limit: None,
+                hits_addend: None,
+            })
+            .collect(),
+        hits_addend,
+    };
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.expect("ready");
+    grpc.unary(
+        tonic::Request::new(request),
+        http::uri::PathAndQuery::from_static(
+            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        ),
+        ProstCodec::<RateLimitRequest, RateLimitResponse>::default(),
+    )
+    .await
+    .expect("an answer")
+    .into_inner()
+}
+
+#[tokio::test]
+async fn dynamic_metadata_over_grpc_carries_the_request_and_the_passed_rules_metadata() {
+    let (_dir, limiter) = limiter(METADATA_YAML, "response_dynamic_metadata = true").await;
+    let c = grpc(&limiter).await;
+    let r = ask(
+        &c,
+        &[
+            &[("key1", "value1"), ("subkey1", "x")],
+            &[("key2", "y")],
+            &[("free", "z")],
+            &[("nobody", "n")],
+        ],
+        2,
+    )
+    .await;
+    let meta = r.dynamic_metadata.expect("dynamic_metadata").to_json();
+    assert_eq!(
+        meta,
+        json!({
+            "domain": "test-domain",
+            "hitsAddend": 2,
+            "descriptors": [
+                {"entries": ["key1=value1", "subkey1=x"]},
+                {"entries": ["key2=y"]},
+                {"entries": ["free=z"]},
+                {"entries": ["nobody=n"]},
+            ],
+            // The first rule's `name` wins; objects merge; the unlimited
+            // rule's metadata is not there.
+            "metadata": {
+                "name": "service_1",
+                "weight": 3,
+                "flags": ["a", "b"],
+                "service_with_quota": {"name": "service_2"},
+            },
+        })
+    );
+    // Over its limit, a rule's metadata is left out.
+    let first = ask(&c, &[&[("tight", "t")]], 0).await;
+    let first = first.dynamic_metadata.unwrap().to_json();
+    assert_eq!(first["metadata"], json!({"tight_one": true}));
+    let second = ask(&c, &[&[("tight", "t")]], 0).await;
+    assert_eq!(second.overall_code, 2, "OVER_LIMIT");
+    let second = second.dynamic_metadata.unwrap().to_json();
+    assert!(second.get("metadata").is_none(), "{second}");
+    assert!(second.get("hitsAddend").is_none(), "{second}");
+    assert_eq!(second["descriptors"], json!([{"entries": ["tight=t"]}]));
+}
+
+#[tokio::test]
+async fn without_response_dynamic_metadata_answers_carry_none() {
+    let (_dir, limiter) = limiter(METADATA_YAML, "").await;
+    let c = grpc(&limiter).await;
+    let r = ask(&c, &[&[("key2", "y")]], 0).await;
+    assert_eq!(r.dynamic_metadata, None);
+    let v = json(&app(&limiter), one("test-domain", &[("key2", "y")])).await;
+    assert!(v.get("dynamicMetadata").is_none(), "{v}");
+}
+
+#[tokio::test]
+async fn post_json_carries_dynamic_metadata_as_an_object() {
+    let (_dir, limiter) = limiter(METADATA_YAML, "response_dynamic_metadata = true").await;
+    let v = json(&app(&limiter), one("test-domain", &[("key2", "y")])).await;
+    assert_eq!(
+        v["dynamicMetadata"],
+        json!({
+            "domain": "test-domain",
+            "descriptors": [{"entries": ["key2=y"]}],
+            "metadata": {"service_with_quota": {"name": "service_2"}, "name": "not_the_first"},
+        }),
+        "{v}"
+    );
+}
+
+#[test]
+fn metadata_that_is_not_a_mapping_is_refused_with_its_line() {
+    let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n    metadata: [1, 2]\n";
+    let err = ratewatch::policy::rls::Domain::from_envoy_yaml(yaml, Some("d.yaml")).unwrap_err();
+    assert_eq!(err.line(), Some(5));
+    assert_eq!(err.field(), Some("descriptors[0].metadata"));
+}
+
+#[test]
+fn response_dynamic_metadata_in_the_peer_environment_turns_the_answer_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("current/ratelimit/config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("m.yaml"), METADATA_YAML).unwrap();
+    let root = dir.path().join("current").display().to_string();
+    let vars = |name: &str| match name {
+        "RUNTIME_ROOT" => Some(root.clone()),
+        "RUNTIME_SUBDIRECTORY" => Some("ratelimit".to_owned()),
+        "REDIS_URL" => Some("127.0.0.1:6379".to_owned()),
+        "RESPONSE_DYNAMIC_METADATA" => Some("true".to_owned()),
+        _ => None,
+    };
+    let peer = ratewatch::policy::peer_env::PeerEnv::from_vars(vars)
+        .expect("accepted")
+        .expect("the peer's environment");
+    assert!(peer.policy().unwrap().rls.response_dynamic_metadata);
+}

@@ -126,6 +126,9 @@ impl PeerEnv {
         if env.flag("MERGE_DOMAIN_CONFIG", false)? {
             toml.push_str("merge_domains = true\n");
         }
+        if env.flag("RESPONSE_DYNAMIC_METADATA", false)? {
+            toml.push_str("response_dynamic_metadata = true\n");
+        }
         let listen = env.addr("HOST", "PORT", 8080)?;
         let grpc_listen = env.addr("GRPC_HOST", "GRPC_PORT", 8081)?;
         if let Some(r) = env.get("NEAR_LIMIT_RATIO") {
@@ -195,7 +198,7 @@ impl<F: Fn(&str) -> Option<String>> Env<'_, F> {
 
     /// Settings whose value asks for a behaviour ratewatch does not have.
     fn refuse_unsupported(&self) -> Result<(), ConfigError> {
-        const FLAGS: [(&str, &str); 13] = [
+        const FLAGS: [(&str, &str); 12] = [
             (
                 "USE_STATSD",
                 "ratewatch exports Prometheus metrics on GET /metrics of PORT, not statsd; set USE_STATSD=false",
@@ -221,10 +224,6 @@ impl<F: Fn(&str) -> Option<String>> Env<'_, F> {
                 "a global shadow mode is not supported; set shadow_mode on the descriptors instead",
             ),
             ("QUOTA_MODE", "quota mode is not supported"),
-            (
-                "RESPONSE_DYNAMIC_METADATA",
-                "ratewatch sends no dynamic metadata",
-            ),
             (
                 "FORCE_START_WITHOUT_INITIAL_CONFIG",
                 "ratewatch refuses to start without rule files",

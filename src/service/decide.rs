@@ -306,7 +306,10 @@ impl RateLimitService {
             .ietf_headers
             .unwrap_or(settings.response_headers == RlsHeaders::Ietf);
         let near = (settings.near_limit_ratio, settings.detailed_metric_top_k);
-        let answer = answer(&domain_label, &plans, &decision, peek, ietf, near);
+        let mut answer = answer(&domain_label, &plans, &decision, peek, ietf, near);
+        if settings.response_dynamic_metadata {
+            answer.dynamic_metadata = Some(dynamic_metadata(domain, request, &answer.statuses));
+        }
         Ok((answer, decision))
     }
 }
@@ -438,6 +441,102 @@ fn answer(
         over_limit: !decision.allowed,
         statuses,
         response_headers,
+        dynamic_metadata: None,
+    }
+}
+
+/// envoyproxy/ratelimit's `dynamic_metadata` of an answer (see
+/// [`RlsAnswer::dynamic_metadata`]): the request as the peer writes it,
+/// and the `metadata` of every matched, limited rule whose descriptor is
+/// not over its limit (not unlimited, not replaced, not a proxy's limit).
+fn dynamic_metadata(
+    domain: Option<&Domain>,
+    request: &RlsRequest,
+    statuses: &[RlsStatus],
+) -> serde_json::Value {
+    use serde_json::{Map, Value, json};
+    let descriptors: Vec<Value> = request
+        .descriptors
+        .iter()
+        .map(|d| {
+            let mut o = Map::new();
+            let entries = d.entries.iter().map(|(k, v)| json!(format!("{k}={v}")));
+            o.insert("entries".into(), Value::Array(entries.collect()));
+            if let Some(l) = d.limit {
+                // The peer writes the override in protobuf's text format.
+                let text = format!(
+                    "requests_per_unit:{} unit:{}",
+                    l.requests_per_unit,
+                    l.unit.json_name()
+                );
+                o.insert("limit".into(), json!(text));
+            }
+            if let Some(n) = d.hits_addend {
+                o.insert("hitsAddend".into(), json!(n));
+            }
+            Value::Object(o)
+        })
+        .collect();
+    let mut out = Map::new();
+    out.insert("domain".into(), json!(request.domain));
+    out.insert("descriptors".into(), Value::Array(descriptors));
+    if request.hits_addend != 0 {
+        out.insert("hitsAddend".into(), json!(request.hits_addend));
+    }
+    let mut passed = Map::new();
+    if let Some(domain) = domain {
+        let rules: Vec<Option<&DescriptorRule>> = request
+            .descriptors
+            .iter()
+            .map(|d| {
+                let entries: Vec<(&str, &str)> = d
+                    .entries
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                domain.find(&entries).filter(|_| d.limit.is_none())
+            })
+            .collect();
+        let replaced: Vec<&Arc<str>> = rules
+            .iter()
+            .flatten()
+            .flat_map(|r| r.replaces.iter())
+            .collect();
+        for (rule, status) in rules.iter().zip(statuses) {
+            let Some(rule) = rule else { continue };
+            let is_replaced = rule
+                .name
+                .as_ref()
+                .is_some_and(|n| replaced.iter().any(|r| **r == *n));
+            if rule.unlimited || is_replaced || status.over_limit {
+                continue;
+            }
+            if let Some(Value::Object(m)) = rule.metadata.as_deref() {
+                merge_metadata(&mut passed, m);
+            }
+        }
+    }
+    if !passed.is_empty() {
+        out.insert("metadata".into(), Value::Object(passed));
+    }
+    Value::Object(out)
+}
+
+/// Adds `src`'s members to `dest`: a member `dest` already has keeps its
+/// value, except that two objects merge, member by member.
+fn merge_metadata(
+    dest: &mut serde_json::Map<String, serde_json::Value>,
+    src: &serde_json::Map<String, serde_json::Value>,
+) {
+    use serde_json::Value;
+    for (k, v) in src {
+        match (dest.get_mut(k), v) {
+            (Some(Value::Object(d)), Value::Object(s)) => merge_metadata(d, s),
+            (Some(_), _) => {}
+            (None, _) => {
+                dest.insert(k.clone(), v.clone());
+            }
+        }
     }
 }
 
@@ -740,6 +839,20 @@ fn sf_name(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metadata_merges_keep_the_first_value_and_merge_objects() {
+        let mut dest = serde_json::json!({"a": 1, "o": {"x": 1}});
+        let src = serde_json::json!({"a": 2, "b": 3, "o": {"x": 2, "y": 2}});
+        let (serde_json::Value::Object(d), serde_json::Value::Object(s)) = (&mut dest, &src) else {
+            unreachable!()
+        };
+        merge_metadata(d, s);
+        assert_eq!(
+            dest,
+            serde_json::json!({"a": 1, "b": 3, "o": {"x": 1, "y": 2}})
+        );
+    }
 
     #[test]
     fn units_for_non_windows_are_the_smallest_that_covers_the_refill() {

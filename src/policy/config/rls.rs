@@ -362,6 +362,7 @@ fn native_rule(
         detailed_metric: t.bool("detailed_metric")?.unwrap_or(false),
         deny: false,
         apply_on_stream_done,
+        metadata: None,
     };
     Ok((path, rule))
 }

@@ -331,6 +331,7 @@ impl Domain {
             detailed_metric: false,
             deny: false,
             apply_on_stream_done: false,
+            metadata: None,
         }
     }
 

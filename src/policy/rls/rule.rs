@@ -148,4 +148,8 @@ pub struct DescriptorRule {
     /// once nothing is left), and an explicit 0 checks (refused once the
     /// counter is past its limit).
     pub apply_on_stream_done: bool,
+    /// envoyproxy/ratelimit's `metadata` of the rule's descriptor (a JSON
+    /// object), returned in an answer's `dynamic_metadata` when the
+    /// descriptor passes and `[rls] response_dynamic_metadata` is on.
+    pub metadata: Option<Arc<serde_json::Value>>,
 }
