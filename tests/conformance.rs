@@ -779,3 +779,33 @@ async fn wait_for(s: &Service, domain: &str, want: Got) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[test]
+fn per_value_statistics_are_named_as_the_peer_names_its_stat_keys() {
+    let domain = Domain::from_envoy_yaml_file(case("stat_names.yaml")).unwrap();
+    #[rustfmt::skip]
+    let table: [(&[(&str, &str)], Option<&str>); 11] = [
+        // value_to_metric on two levels: their values, the leaf's key.
+        (&[("path", "draw"), ("verb", "GET"), ("who", "123")], Some("path_draw.verb_GET.who")),
+        // detailed_metric on the leaf wins: every entry with its value.
+        (&[("path", "draw"), ("verb", "GET"), ("session", "s1")], Some("path_draw.verb_GET.session_s1")),
+        // A configured value is named by itself.
+        (&[("path", "api"), ("verb", "PUT"), ("who", "u")], Some("path_api.verb_PUT.who")),
+        // A wildcard with value_to_metric is named by the request's value.
+        (&[("path", "api"), ("op", "listfiles"), ("item", "i")], Some("path_api.op_listfiles.item")),
+        // An empty value adds no `_`.
+        (&[("path", ""), ("verb", "GET"), ("who", "123")], Some("path.verb_GET.who")),
+        (&[("path", ""), ("verb", ""), ("who", "123")], Some("path.verb.who")),
+        // value_to_metric on a key-only first level.
+        (&[("first", "A"), ("second", "foo")], Some("first_A.second")),
+        // ... and on a middle level only.
+        (&[("outer", "X"), ("middle", "Y"), ("inner", "Z")], Some("outer.middle_Y.inner")),
+        // Asked for by no level: no per-value statistics at all.
+        (&[("plain", "X"), ("deeper", "Y")], None),
+        (&[("glob", "g1")], None),
+        (&[("nothing", "matches")], None),
+    ];
+    for (entries, want) in table {
+        assert_eq!(domain.value_path(entries).as_deref(), want, "{entries:?}");
+    }
+}

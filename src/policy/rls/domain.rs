@@ -267,8 +267,9 @@ impl Domain {
     /// without the leading domain: with `detailed_metric` on the matched
     /// rule, every entry as `key_value` joined by `.`; else, when an entry
     /// matched on the way has `value_to_metric`, that level as
-    /// `key_value` of the request and every other level as configured
-    /// (`key_value`, `key_pattern*` or `key`).
+    /// `key_value` of the request (`key` alone for an empty value) and
+    /// every other level as configured (`key_value`, `key_pattern*` or
+    /// `key`).
     ///
     /// `None` when the configuration asked for neither, or nothing
     /// matched: request values then never name a statistic.
@@ -293,6 +294,8 @@ impl Domain {
             .zip(entries)
             .map(|(&(node, how), &(k, v))| match how {
                 Matched::Exact => whole((k, v)),
+                // An empty value adds nothing, not a trailing `_`.
+                _ if node.value_to_metric && v.is_empty() => k.to_owned(),
                 _ if node.value_to_metric => whole((k, v)),
                 Matched::Wildcard => node.segment(),
                 Matched::KeyOnly => k.to_owned(),
