@@ -31,6 +31,11 @@ use ratewatch::{Follow, Limiter, Policy, server};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+/// A descriptor entry: key, value.
+type Pair = (&'static str, &'static str);
+/// A descriptor's entries.
+type Entries = Vec<Pair>;
+
 /// A case file.
 fn case(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -309,7 +314,7 @@ async fn every_descriptor_gets_the_limit_the_peer_gives_it() {
     let s = service(&["basic.yaml", "wildcard.yaml", "shadow.yaml"]).await;
     let named = |n, unit: &str, name: &str| Got::Limit(n, unit.into(), name.into());
     #[rustfmt::skip]
-    let table: Vec<(&str, Vec<(&str, &str)>, Got)> = vec![
+    let table: Vec<(&str, Entries, Got)> = vec![
         // An unknown domain, and a level without a rule.
         ("no-such-domain", vec![("client", "x")], Got::Nothing),
         ("conf-basic", vec![("tenant", "globex")], Got::Nothing),
@@ -784,7 +789,7 @@ async fn wait_for(s: &Service, domain: &str, want: Got) {
 fn per_value_statistics_are_named_as_the_peer_names_its_stat_keys() {
     let domain = Domain::from_envoy_yaml_file(case("stat_names.yaml")).unwrap();
     #[rustfmt::skip]
-    let table: [(&[(&str, &str)], Option<&str>); 11] = [
+    let table: [(&[Pair], Option<&str>); 11] = [
         // value_to_metric on two levels: their values, the leaf's key.
         (&[("path", "draw"), ("verb", "GET"), ("who", "123")], Some("path_draw.verb_GET.who")),
         // detailed_metric on the leaf wins: every entry with its value.

@@ -373,9 +373,9 @@ fn answer(
                     }
                     if let Some(value) = detail.as_deref().filter(|_| *cost > 0) {
                         let result = match (report.allowed, is_near) {
-                            (false, _) => HitResult::OverLimit,
-                            (true, true) => HitResult::NearLimit,
-                            (true, false) => HitResult::WithinLimit,
+                            (false, _) => HitResult::Over,
+                            (true, true) => HitResult::Near,
+                            (true, false) => HitResult::Within,
                         };
                         detailed::record(domain, rule, value, *cost, result, top_k);
                     }

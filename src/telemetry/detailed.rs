@@ -53,20 +53,20 @@ const MAX_RULES: usize = 4096;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HitResult {
     /// Allowed, below `[rls] near_limit_ratio` of the limit.
-    WithinLimit,
+    Within,
     /// Allowed, at or past `[rls] near_limit_ratio` of the limit.
-    NearLimit,
+    Near,
     /// Refused (or would have been, for a shadow rule).
-    OverLimit,
+    Over,
 }
 
 impl HitResult {
     /// The `result` label.
     pub fn as_str(self) -> &'static str {
         match self {
-            HitResult::WithinLimit => "within_limit",
-            HitResult::NearLimit => "near_limit",
-            HitResult::OverLimit => "over_limit",
+            HitResult::Within => "within_limit",
+            HitResult::Near => "near_limit",
+            HitResult::Over => "over_limit",
         }
     }
 }

@@ -171,6 +171,9 @@ impl Domain {
     /// entries above it. Fails, giving back the rule, if the path already
     /// holds a rule (one rule per path, as in envoyproxy/ratelimit's
     /// duplicate composite key check).
+    // The rule comes back whole so the caller can name it in its error;
+    // this runs while a policy loads, never on a request.
+    #[allow(clippy::result_large_err)]
     pub fn insert(
         &mut self,
         path: &[(&str, Option<&str>)],
