@@ -439,6 +439,7 @@ fn rules_built_in_code_are_validated_too() {
         detailed_metric: false,
         deny: false,
         apply_on_stream_done: false,
+        metadata: None,
     };
     domain.insert(&[("user", None)], rule).unwrap();
     let mut rls = RlsSettings::default();

@@ -126,8 +126,12 @@ impl PeerEnv {
         if env.flag("MERGE_DOMAIN_CONFIG", false)? {
             toml.push_str("merge_domains = true\n");
         }
+        if env.flag("RESPONSE_DYNAMIC_METADATA", false)? {
+            toml.push_str("response_dynamic_metadata = true\n");
+        }
         // The peer's healthcheck fails while it has no Redis connection;
-        // ratewatch's while every store shard's breaker is open.
+        // ratewatch's while every store shard's breaker is open. (Last: it
+        // opens the `[server]` table.)
         if env.flag("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false)? {
             toml.push_str("\n[server]\nhealthcheck_store = true\n");
         }
@@ -226,10 +230,6 @@ impl<F: Fn(&str) -> Option<String>> Env<'_, F> {
                 "a global shadow mode is not supported; set shadow_mode on the descriptors instead",
             ),
             ("QUOTA_MODE", "quota mode is not supported"),
-            (
-                "RESPONSE_DYNAMIC_METADATA",
-                "ratewatch sends no dynamic metadata",
-            ),
             (
                 "FORCE_START_WITHOUT_INITIAL_CONFIG",
                 "ratewatch refuses to start without rule files",

@@ -61,6 +61,10 @@ pub fn response_to_wire(a: &RlsAnswer) -> proto::RateLimitResponse {
             })
             .collect(),
         request_headers_to_add: Vec::new(),
+        dynamic_metadata: a
+            .dynamic_metadata
+            .as_ref()
+            .and_then(proto::Struct::from_json),
     }
 }
 
@@ -118,6 +122,7 @@ mod tests {
                 },
             ],
             response_headers: vec![],
+            dynamic_metadata: None,
         };
         let bytes = response_to_wire(&answer).encode_to_vec();
         let want = [

@@ -41,6 +41,7 @@ use crate::limiter::{
 };
 use crate::policy::rls::{DescriptorRule, Domain, RlsFailure, RlsHeaders, RlsSettings};
 use crate::policy::{FailurePolicy, Limit};
+use crate::telemetry::detailed::{self, HitResult};
 use crate::telemetry::rls as m;
 
 /// The decision service: a limiter and how to answer. Cheap to clone.
@@ -80,6 +81,9 @@ enum Plan {
         /// past the limit as capped debt) before the decision, which then
         /// only reports the group.
         lands: bool,
+        /// The per-value statistics' name of the descriptor, when its
+        /// rule asks for one (`detailed_metric`, `value_to_metric`).
+        detail: Option<String>,
     },
 }
 
@@ -113,6 +117,7 @@ impl RateLimitService {
     /// Registers the service's metrics at zero for every configured domain.
     pub fn register_metrics(&self) {
         m::register_policy(&self.limiter.policy());
+        crate::telemetry::detailed::describe();
     }
 
     /// Decides `request`: every descriptor in one store call. `api` names
@@ -300,22 +305,26 @@ impl RateLimitService {
         let ietf = self
             .ietf_headers
             .unwrap_or(settings.response_headers == RlsHeaders::Ietf);
-        let near = settings.near_limit_ratio;
-        let answer = answer(&domain_label, &plans, &decision, peek, ietf, near);
+        let near = (settings.near_limit_ratio, settings.detailed_metric_top_k);
+        let mut answer = answer(&domain_label, &plans, &decision, peek, ietf, near);
+        if settings.response_dynamic_metadata {
+            answer.dynamic_metadata = Some(dynamic_metadata(domain, request, &answer.statuses));
+        }
         Ok((answer, decision))
     }
 }
 
 /// The answer to a request planned as `plans` and decided as `decision`;
 /// `ietf` adds `RateLimit-Policy` / `RateLimit` for the client; an OK
-/// descriptor at or past `near` of a limit is counted as near its limit.
+/// descriptor at or past `near.0` of a limit is counted as near its limit;
+/// `near.1` values of a `detailed_metric` rule have series of their own.
 fn answer(
     domain: &str,
     plans: &[Plan],
     decision: &GroupsDecision,
     peek: bool,
     ietf: bool,
-    near: f64,
+    (near, top_k): (f64, usize),
 ) -> RlsAnswer {
     let mut reports = decision.groups.iter();
     let fallback = decision.is_fallback();
@@ -341,6 +350,8 @@ fn answer(
                 name,
                 shadow,
                 lands,
+                cost,
+                detail,
                 ..
             } => {
                 let report: &GroupReport = reports.next().expect("one report per group");
@@ -356,8 +367,17 @@ fn answer(
                 };
                 if !peek {
                     m::record_decision(domain, rule, outcome);
-                    if outcome == "ok" && report.limits.iter().any(|l| near_limit(l, near)) {
+                    let is_near = report.limits.iter().any(|l| near_limit(l, near));
+                    if outcome == "ok" && is_near {
                         m::record_near_limit(domain, rule);
+                    }
+                    if let Some(value) = detail.as_deref().filter(|_| *cost > 0) {
+                        let result = match (report.allowed, is_near) {
+                            (false, _) => HitResult::Over,
+                            (true, true) => HitResult::Near,
+                            (true, false) => HitResult::Within,
+                        };
+                        detailed::record(domain, rule, value, *cost, result, top_k);
                     }
                 }
                 let limit = most_constraining(report);
@@ -421,6 +441,102 @@ fn answer(
         over_limit: !decision.allowed,
         statuses,
         response_headers,
+        dynamic_metadata: None,
+    }
+}
+
+/// envoyproxy/ratelimit's `dynamic_metadata` of an answer (see
+/// [`RlsAnswer::dynamic_metadata`]): the request as the peer writes it,
+/// and the `metadata` of every matched, limited rule whose descriptor is
+/// not over its limit (not unlimited, not replaced, not a proxy's limit).
+fn dynamic_metadata(
+    domain: Option<&Domain>,
+    request: &RlsRequest,
+    statuses: &[RlsStatus],
+) -> serde_json::Value {
+    use serde_json::{Map, Value, json};
+    let descriptors: Vec<Value> = request
+        .descriptors
+        .iter()
+        .map(|d| {
+            let mut o = Map::new();
+            let entries = d.entries.iter().map(|(k, v)| json!(format!("{k}={v}")));
+            o.insert("entries".into(), Value::Array(entries.collect()));
+            if let Some(l) = d.limit {
+                // The peer writes the override in protobuf's text format.
+                let text = format!(
+                    "requests_per_unit:{} unit:{}",
+                    l.requests_per_unit,
+                    l.unit.json_name()
+                );
+                o.insert("limit".into(), json!(text));
+            }
+            if let Some(n) = d.hits_addend {
+                o.insert("hitsAddend".into(), json!(n));
+            }
+            Value::Object(o)
+        })
+        .collect();
+    let mut out = Map::new();
+    out.insert("domain".into(), json!(request.domain));
+    out.insert("descriptors".into(), Value::Array(descriptors));
+    if request.hits_addend != 0 {
+        out.insert("hitsAddend".into(), json!(request.hits_addend));
+    }
+    let mut passed = Map::new();
+    if let Some(domain) = domain {
+        let rules: Vec<Option<&DescriptorRule>> = request
+            .descriptors
+            .iter()
+            .map(|d| {
+                let entries: Vec<(&str, &str)> = d
+                    .entries
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                domain.find(&entries).filter(|_| d.limit.is_none())
+            })
+            .collect();
+        let replaced: Vec<&Arc<str>> = rules
+            .iter()
+            .flatten()
+            .flat_map(|r| r.replaces.iter())
+            .collect();
+        for (rule, status) in rules.iter().zip(statuses) {
+            let Some(rule) = rule else { continue };
+            let is_replaced = rule
+                .name
+                .as_ref()
+                .is_some_and(|n| replaced.iter().any(|r| **r == *n));
+            if rule.unlimited || is_replaced || status.over_limit {
+                continue;
+            }
+            if let Some(Value::Object(m)) = rule.metadata.as_deref() {
+                merge_metadata(&mut passed, m);
+            }
+        }
+    }
+    if !passed.is_empty() {
+        out.insert("metadata".into(), Value::Object(passed));
+    }
+    Value::Object(out)
+}
+
+/// Adds `src`'s members to `dest`: a member `dest` already has keeps its
+/// value, except that two objects merge, member by member.
+fn merge_metadata(
+    dest: &mut serde_json::Map<String, serde_json::Value>,
+    src: &serde_json::Map<String, serde_json::Value>,
+) {
+    use serde_json::Value;
+    for (k, v) in src {
+        match (dest.get_mut(k), v) {
+            (Some(Value::Object(d)), Value::Object(s)) => merge_metadata(d, s),
+            (Some(_), _) => {}
+            (None, _) => {
+                dest.insert(k.clone(), v.clone());
+            }
+        }
     }
 }
 
@@ -474,10 +590,19 @@ fn plan(
         .iter()
         .zip(rules)
         .map(|(d, rule)| {
+            let detail = rule.and_then(|_| {
+                let entries: Vec<(&str, &str)> = d
+                    .entries
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                domain.value_path(&entries)
+            });
             descriptor_plan(
                 &domain.name,
                 d,
                 rule,
+                detail,
                 &replaced,
                 (default_cost, request.hits_addend > 0),
                 tier_limits,
@@ -490,6 +615,7 @@ fn descriptor_plan(
     domain: &str,
     d: &RlsDescriptor,
     rule: Option<&DescriptorRule>,
+    detail: Option<String>,
     replaced: &[&Arc<str>],
     (default_cost, addend_given): (u64, bool),
     tier_limits: &dyn Fn(&str) -> TierLimits,
@@ -524,6 +650,7 @@ fn descriptor_plan(
             shown,
             failure: rule.and_then(|r| r.on_store_failure),
             lands: false,
+            detail: None,
         };
     }
     let Some(rule) = rule else {
@@ -590,6 +717,7 @@ fn descriptor_plan(
         // with no addend at all (charging 1, refused once nothing is
         // left) or with an explicit 0 (checking only).
         lands: rule.apply_on_stream_done && cost > 0 && (d.hits_addend.is_some() || addend_given),
+        detail,
     }
 }
 
@@ -711,6 +839,20 @@ fn sf_name(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metadata_merges_keep_the_first_value_and_merge_objects() {
+        let mut dest = serde_json::json!({"a": 1, "o": {"x": 1}});
+        let src = serde_json::json!({"a": 2, "b": 3, "o": {"x": 2, "y": 2}});
+        let (serde_json::Value::Object(d), serde_json::Value::Object(s)) = (&mut dest, &src) else {
+            unreachable!()
+        };
+        merge_metadata(d, s);
+        assert_eq!(
+            dest,
+            serde_json::json!({"a": 1, "b": 3, "o": {"x": 1, "y": 2}})
+        );
+    }
 
     #[test]
     fn units_for_non_windows_are_the_smallest_that_covers_the_refill() {

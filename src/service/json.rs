@@ -228,6 +228,10 @@ pub fn response_to_json(a: &RlsAnswer) -> Value {
             .collect();
         out.insert("responseHeadersToAdd".into(), Value::Array(headers));
     }
+    if let Some(m) = &a.dynamic_metadata {
+        // proto3 JSON writes a `google.protobuf.Struct` as the object.
+        out.insert("dynamicMetadata".into(), m.clone());
+    }
     Value::Object(out)
 }
 
@@ -295,6 +299,7 @@ mod tests {
                 },
             ],
             response_headers: vec![],
+            dynamic_metadata: None,
         };
         assert_eq!(
             response_to_json(&a),

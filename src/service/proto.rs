@@ -5,15 +5,15 @@
 //! Rust 1.85 (the generated `envoy-types` crate needs a newer compiler).
 //! Each message keeps its proto package's field numbers and types, so the
 //! bytes are the ones Envoy 1.40 sends and reads. Fields ratewatch neither
-//! reads nor writes are left out (`RateLimitResponse.raw_body`,
-//! `dynamic_metadata`, `quota`, `DescriptorStatus.quota`): prost skips
+//! reads nor writes are left out (`RateLimitResponse.raw_body`, `quota`,
+//! `DescriptorStatus.quota`): prost skips
 //! unknown fields on input, and an unset field is not on the wire anyway.
 //! Every field Envoy sends in a request is here.
 //!
 //! Sources of the layout: `envoy/service/ratelimit/v3/rls.proto`,
 //! `envoy/extensions/common/ratelimit/v3/ratelimit.proto`,
 //! `envoy/type/v3/ratelimit_unit.proto`, `envoy/config/core/v3/base.proto`
-//! (`HeaderValue`), `google/protobuf/{wrappers,duration}.proto` and
+//! (`HeaderValue`), `google/protobuf/{wrappers,duration,struct}.proto` and
 //! `grpc/health/v1/health.proto`.
 
 /// `envoy.service.ratelimit.v3.RateLimitRequest`.
@@ -101,6 +101,119 @@ pub struct RateLimitResponse {
     /// Headers Envoy adds to the request sent upstream.
     #[prost(message, repeated, tag = "4")]
     pub request_headers_to_add: Vec<HeaderValue>,
+    /// Filter metadata Envoy stores under `envoy.filters.http.ratelimit`
+    /// (`[rls] response_dynamic_metadata`).
+    #[prost(message, optional, tag = "6")]
+    pub dynamic_metadata: Option<Struct>,
+}
+
+/// `google.protobuf.Struct`: a JSON object.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Struct {
+    /// The object's members.
+    #[prost(btree_map = "string, message", tag = "1")]
+    pub fields: std::collections::BTreeMap<String, Value>,
+}
+
+/// `google.protobuf.Value`: one JSON value.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Value {
+    /// Which value; `None` reads as null.
+    #[prost(oneof = "Kind", tags = "1, 2, 3, 4, 5, 6")]
+    pub kind: Option<Kind>,
+}
+
+/// `google.protobuf.Value.kind`.
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub enum Kind {
+    /// `null` (`google.protobuf.NullValue`, always 0).
+    #[prost(int32, tag = "1")]
+    NullValue(i32),
+    /// A number.
+    #[prost(double, tag = "2")]
+    NumberValue(f64),
+    /// A string.
+    #[prost(string, tag = "3")]
+    StringValue(String),
+    /// A boolean.
+    #[prost(bool, tag = "4")]
+    BoolValue(bool),
+    /// An object.
+    #[prost(message, tag = "5")]
+    StructValue(Struct),
+    /// An array.
+    #[prost(message, tag = "6")]
+    ListValue(ListValue),
+}
+
+/// `google.protobuf.ListValue`: a JSON array.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ListValue {
+    /// The items.
+    #[prost(message, repeated, tag = "1")]
+    pub values: Vec<Value>,
+}
+
+impl Struct {
+    /// The object `json` is (`None` for any other JSON value).
+    pub fn from_json(json: &serde_json::Value) -> Option<Struct> {
+        match Value::from_json(json).kind {
+            Some(Kind::StructValue(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The object as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::Value::Object(
+            self.fields
+                .iter()
+                .map(|(k, v)| (k.clone(), v.to_json()))
+                .collect(),
+        )
+    }
+}
+
+impl Value {
+    /// `json` as a protobuf value (numbers as doubles, as JSON's are).
+    pub fn from_json(json: &serde_json::Value) -> Value {
+        use serde_json::Value as J;
+        let kind = match json {
+            J::Null => Kind::NullValue(0),
+            J::Bool(b) => Kind::BoolValue(*b),
+            J::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
+            J::String(s) => Kind::StringValue(s.clone()),
+            J::Array(a) => Kind::ListValue(ListValue {
+                values: a.iter().map(Value::from_json).collect(),
+            }),
+            J::Object(o) => Kind::StructValue(Struct {
+                fields: o
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Value::from_json(v)))
+                    .collect(),
+            }),
+        };
+        Value { kind: Some(kind) }
+    }
+
+    /// The value as JSON (a whole double as an integer; a non-finite
+    /// one, which JSON cannot hold, as null).
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value as J;
+        match &self.kind {
+            None | Some(Kind::NullValue(_)) => J::Null,
+            Some(Kind::NumberValue(n)) if n.fract() == 0.0 && n.abs() < 9.0e15 => {
+                J::from(*n as i64)
+            }
+            Some(Kind::NumberValue(n)) => {
+                serde_json::Number::from_f64(*n).map_or(J::Null, J::Number)
+            }
+            Some(Kind::StringValue(s)) => J::String(s.clone()),
+            Some(Kind::BoolValue(b)) => J::Bool(*b),
+            Some(Kind::StructValue(s)) => s.to_json(),
+            Some(Kind::ListValue(l)) => J::Array(l.values.iter().map(Value::to_json).collect()),
+        }
+    }
 }
 
 /// `RateLimitResponse.DescriptorStatus`.
@@ -333,6 +446,7 @@ mod tests {
                 value: "v".into(),
             }],
             request_headers_to_add: vec![],
+            dynamic_metadata: None,
         };
         let status = [
             0x08, 2, // code OVER_LIMIT
@@ -344,6 +458,36 @@ mod tests {
         want.extend_from_slice(&status);
         want.extend_from_slice(&[0x1a, 6, 0x0a, 1, b'k', 0x12, 1, b'v']);
         assert_eq!(response.encode_to_vec(), want);
+    }
+
+    #[test]
+    fn dynamic_metadata_is_a_struct_in_field_six() {
+        let json = serde_json::json!({"a": "b"});
+        let response = RateLimitResponse {
+            overall_code: Code::Ok as i32,
+            dynamic_metadata: Struct::from_json(&json),
+            ..RateLimitResponse::default()
+        };
+        // Struct{fields: {"a": Value{string_value: "b"}}}: a map entry
+        // (key 1, value 2) of field 1.
+        let entry = [0x0a, 1, b'a', 0x12, 3, 0x1a, 1, b'b'];
+        let mut want = vec![0x08, 1, 0x32, 10, 0x0a, 8];
+        want.extend_from_slice(&entry);
+        assert_eq!(response.encode_to_vec(), want);
+        let back = RateLimitResponse::decode(&want[..]).unwrap();
+        assert_eq!(back.dynamic_metadata.unwrap().to_json(), json);
+    }
+
+    #[test]
+    fn json_round_trips_through_struct() {
+        let json = serde_json::json!({
+            "s": "x", "n": 5, "f": 1.5, "b": true, "z": null,
+            "l": [1, "two", {"three": [3]}], "o": {"p": {"q": false}}
+        });
+        let s = Struct::from_json(&json).unwrap();
+        let back = Struct::decode(&s.encode_to_vec()[..]).unwrap();
+        assert_eq!(back.to_json(), json);
+        assert!(Struct::from_json(&serde_json::json!([1])).is_none());
     }
 
     #[test]

@@ -96,6 +96,13 @@ pub struct RlsAnswer {
     pub statuses: Vec<RlsStatus>,
     /// Headers for the client's response (`RateLimit`, `RateLimit-Policy`).
     pub response_headers: Vec<(String, String)>,
+    /// `dynamic_metadata` for the proxy, a JSON object (with `[rls]
+    /// response_dynamic_metadata`): the request's `domain`, its
+    /// `descriptors` (`entries` as `key=value`, an override's `limit`, a
+    /// `hitsAddend`), the request's `hitsAddend` when not 0, and under
+    /// `metadata` the YAML `metadata` of every rule whose descriptor
+    /// passed, merged (the first value of a key wins, objects merge).
+    pub dynamic_metadata: Option<serde_json::Value>,
 }
 
 /// One descriptor's status.

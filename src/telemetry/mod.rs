@@ -40,6 +40,8 @@
 mod aggregate;
 pub mod cost;
 mod counters;
+#[cfg(feature = "rls")]
+pub(crate) mod detailed;
 mod event;
 mod fleet;
 pub mod inflight;

@@ -20,7 +20,9 @@ use crate::policy::rls::{
 use crate::policy::{FailurePolicy, LeaseMode, Limit, Scope};
 
 /// Keys of `[rls]`.
-const RLS_KEYS: [&str; 7] = [
+const RLS_KEYS: [&str; 9] = [
+    "detailed_metric_top_k",
+    "response_dynamic_metadata",
     "envoy_configs",
     "merge_domains",
     "on_store_failure",
@@ -87,6 +89,13 @@ pub(super) fn rls(t: Option<Table<'_>>, cx: &Context<'_>) -> Result<RlsSettings>
             ));
         }
         out.near_limit_ratio = r;
+    }
+    let max_top_k = RlsSettings::MAX_DETAILED_METRIC_TOP_K as u64;
+    if let Some(k) = t.uint("detailed_metric_top_k", 1, max_top_k)? {
+        out.detailed_metric_top_k = k as usize;
+    }
+    if let Some(on) = t.bool("response_dynamic_metadata")? {
+        out.response_dynamic_metadata = on;
     }
     if let Some(token) = t.str("token")? {
         if token.len() < 16 {
@@ -353,6 +362,7 @@ fn native_rule(
         detailed_metric: t.bool("detailed_metric")?.unwrap_or(false),
         deny: false,
         apply_on_stream_done,
+        metadata: None,
     };
     Ok((path, rule))
 }

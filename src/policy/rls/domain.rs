@@ -87,6 +87,21 @@ pub(super) struct Node {
     pub(super) value: Option<Arc<str>>,
     pub(super) rule: Option<DescriptorRule>,
     pub(super) children: Vec<Node>,
+    /// envoyproxy/ratelimit's `value_to_metric`: the request's value,
+    /// not the configured one (or none), names this level in per-value
+    /// statistics ([`Domain::value_path`]).
+    pub(super) value_to_metric: bool,
+}
+
+/// How one level of a request descriptor matched its configured entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Matched {
+    /// The entry's value is the request's.
+    Exact,
+    /// The entry's value is a `*` pattern the request's value matches.
+    Wildcard,
+    /// The entry has no value: any value of the key.
+    KeyOnly,
 }
 
 impl Node {
@@ -97,6 +112,7 @@ impl Node {
             value: value.map(Into::into),
             rule: None,
             children: Vec::new(),
+            value_to_metric: false,
         }
     }
 
@@ -155,6 +171,9 @@ impl Domain {
     /// entries above it. Fails, giving back the rule, if the path already
     /// holds a rule (one rule per path, as in envoyproxy/ratelimit's
     /// duplicate composite key check).
+    // The rule comes back whole so the caller can name it in its error;
+    // this runs while a policy loads, never on a request.
+    #[allow(clippy::result_large_err)]
     pub fn insert(
         &mut self,
         path: &[(&str, Option<&str>)],
@@ -208,26 +227,84 @@ impl Domain {
     /// Wildcards are tried in the order they were configured; each `*`
     /// stands for any run of characters, possibly empty.
     pub fn find(&self, entries: &[(&str, &str)]) -> Option<&DescriptorRule> {
+        self.walk(entries)?.last()?.0.rule.as_ref()
+    }
+
+    /// The configured entry each level of `entries` matched, under the
+    /// rules of [`Domain::find`]; `None` when a level matches nothing.
+    fn walk(&self, entries: &[(&str, &str)]) -> Option<Vec<(&Node, Matched)>> {
         let mut level = &self.root;
-        let last = entries.len().checked_sub(1)?;
-        for (i, &(key, value)) in entries.iter().enumerate() {
+        let mut out = Vec::with_capacity(entries.len());
+        for &(key, value) in entries {
             let same_key = |n: &&Node| *n.key == *key;
-            let node = level
+            let (node, how) = level
                 .iter()
                 .filter(same_key)
                 .find(|n| n.value.as_deref() == Some(value))
+                .map(|n| (n, Matched::Exact))
                 .or_else(|| {
-                    level.iter().filter(same_key).find(|n| {
-                        n.is_wildcard() && wildcard_match(n.value.as_deref().unwrap_or(""), value)
-                    })
+                    level
+                        .iter()
+                        .filter(same_key)
+                        .find(|n| {
+                            n.is_wildcard()
+                                && wildcard_match(n.value.as_deref().unwrap_or(""), value)
+                        })
+                        .map(|n| (n, Matched::Wildcard))
                 })
-                .or_else(|| level.iter().filter(same_key).find(|n| n.value.is_none()))?;
-            if i == last {
-                return node.rule.as_ref();
-            }
+                .or_else(|| {
+                    level
+                        .iter()
+                        .filter(same_key)
+                        .find(|n| n.value.is_none())
+                        .map(|n| (n, Matched::KeyOnly))
+                })?;
+            out.push((node, how));
             level = &node.children;
         }
-        None
+        Some(out)
+    }
+
+    /// The per-value name envoyproxy/ratelimit gives a descriptor's
+    /// statistics when its configuration asks for request values in them,
+    /// without the leading domain: with `detailed_metric` on the matched
+    /// rule, every entry as `key_value` joined by `.`; else, when an entry
+    /// matched on the way has `value_to_metric`, that level as
+    /// `key_value` of the request (`key` alone for an empty value) and
+    /// every other level as configured (`key_value`, `key_pattern*` or
+    /// `key`).
+    ///
+    /// `None` when the configuration asked for neither, or nothing
+    /// matched: request values then never name a statistic.
+    pub fn value_path(&self, entries: &[(&str, &str)]) -> Option<String> {
+        let walked = self.walk(entries)?;
+        let rule = walked.last()?.0.rule.as_ref()?;
+        let whole = |(k, v): (&str, &str)| format!("{k}_{v}");
+        if rule.detailed_metric {
+            return Some(
+                entries
+                    .iter()
+                    .map(|&e| whole(e))
+                    .collect::<Vec<_>>()
+                    .join("."),
+            );
+        }
+        if !walked.iter().any(|(n, _)| n.value_to_metric) {
+            return None;
+        }
+        let parts: Vec<String> = walked
+            .iter()
+            .zip(entries)
+            .map(|(&(node, how), &(k, v))| match how {
+                Matched::Exact => whole((k, v)),
+                // An empty value adds nothing, not a trailing `_`.
+                _ if node.value_to_metric && v.is_empty() => k.to_owned(),
+                _ if node.value_to_metric => whole((k, v)),
+                Matched::Wildcard => node.segment(),
+                Matched::KeyOnly => k.to_owned(),
+            })
+            .collect();
+        Some(parts.join("."))
     }
 
     /// The rule of a descriptor that carries its own limit (Envoy's
@@ -260,6 +337,7 @@ impl Domain {
             detailed_metric: false,
             deny: false,
             apply_on_stream_done: false,
+            metadata: None,
         }
     }
 
@@ -568,6 +646,55 @@ descriptors:
         assert!(!wildcard_match("x*y*z", "x1z2y"));
         assert!(wildcard_match("**", "anything"));
         assert!(!wildcard_match("ab", "abc"));
+    }
+
+    const STATS: &str = "\
+domain: stats
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: route
+    value: /v1/*
+    value_to_metric: true
+    descriptors:
+      - key: method
+        rate_limit: {unit: second, requests_per_unit: 2}
+  - key: route
+    value: /v2/*
+    descriptors:
+      - key: method
+        value_to_metric: true
+        rate_limit: {unit: second, requests_per_unit: 3}
+  - key: plain
+    rate_limit: {unit: second, requests_per_unit: 4}
+";
+
+    #[test]
+    fn value_paths_name_request_values_only_where_the_yaml_asks() {
+        let d = Domain::from_envoy_yaml(STATS, None).unwrap();
+        // detailed_metric: every entry with its value.
+        assert_eq!(
+            d.value_path(&[("user", "alice")]).as_deref(),
+            Some("user_alice")
+        );
+        // value_to_metric on a wildcard level: the request's value there,
+        // the key alone below it.
+        assert_eq!(
+            d.value_path(&[("route", "/v1/items"), ("method", "GET")])
+                .as_deref(),
+            Some("route_/v1/items.method")
+        );
+        // value_to_metric below a wildcard without it: the pattern above.
+        assert_eq!(
+            d.value_path(&[("route", "/v2/items"), ("method", "GET")])
+                .as_deref(),
+            Some("route_/v2/*.method_GET")
+        );
+        // Asked for by nobody, or nothing matched: no per-value name.
+        assert_eq!(d.value_path(&[("plain", "secret")]), None);
+        assert_eq!(d.value_path(&[("nobody", "x")]), None);
+        assert_eq!(d.value_path(&[("route", "/v1/items")]), None);
     }
 
     #[test]

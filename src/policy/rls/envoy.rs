@@ -25,6 +25,8 @@ const DESCRIPTOR_KEYS: [&str; 10] = [
     "quota_mode",
     "share_threshold",
 ];
+/// The deepest nesting of a descriptor's `metadata`.
+const MAX_METADATA_DEPTH: usize = 32;
 /// Keys of a `rate_limit`.
 const RATE_LIMIT_KEYS: [&str; 5] = ["unit", "requests_per_unit", "unlimited", "name", "replaces"];
 
@@ -322,16 +324,33 @@ impl Cx<'_> {
             }
             return Err(self.error(line, &field, why));
         }
-        // Accepted for compatibility: ratewatch's metric labels are the
-        // rule's bounded label whatever these say.
+        // Request values in per-value statistics, which the operator asks
+        // for here; `telemetry::detailed` bounds how many values get a
+        // series of their own.
         let detailed_metric =
             self.boolean(map.get("detailed_metric"), &join(path, "detailed_metric"))?;
-        self.boolean(map.get("value_to_metric"), &join(path, "value_to_metric"))?;
+        entry.value_to_metric =
+            self.boolean(map.get("value_to_metric"), &join(path, "value_to_metric"))?;
         let shadow = self.boolean(map.get("shadow_mode"), &join(path, "shadow_mode"))?;
+        let metadata = match map.get("metadata").filter(|n| !n.is_null()) {
+            Some(m) => {
+                let field = join(path, "metadata");
+                if !matches!(m, Node::Map { .. }) {
+                    return Err(self.error(
+                        m.line(),
+                        &field,
+                        format!("must be a mapping of names to values, got {}", m.kind()),
+                    ));
+                }
+                Some(Arc::new(self.json(m, &field, 0)?))
+            }
+            None => None,
+        };
         if let Some(rl) = map.get("rate_limit").filter(|n| !n.is_null()) {
             let mut rule = self.rate_limit(rl, &join(path, "rate_limit"), &label)?;
             rule.shadow = shadow;
             rule.detailed_metric = detailed_metric;
+            rule.metadata = metadata;
             entry.rule = Some(rule);
         }
         if let Some(d) = map.get("descriptors") {
@@ -421,6 +440,75 @@ impl Cx<'_> {
             detailed_metric: false,
             deny,
             apply_on_stream_done: false,
+            metadata: None,
+        })
+    }
+
+    /// Free-form `metadata` as JSON, as the peer's YAML reader types it: a
+    /// plain scalar is null, a boolean or a number when it reads as one,
+    /// anything else (and every quoted scalar) a string.
+    fn json(
+        &self,
+        node: &Node,
+        field: &str,
+        depth: usize,
+    ) -> Result<serde_json::Value, ConfigError> {
+        use serde_json::Value as J;
+        if depth > MAX_METADATA_DEPTH {
+            return Err(self.error(
+                node.line(),
+                field,
+                format!("nests deeper than {MAX_METADATA_DEPTH} levels"),
+            ));
+        }
+        Ok(match node {
+            _ if node.is_null() => J::Null,
+            Node::Scalar { text, plain, .. } => {
+                let as_bool = if *plain {
+                    self.boolean(Some(node), field).ok()
+                } else {
+                    None
+                };
+                match (as_bool, plain) {
+                    (Some(b), _) => J::Bool(b),
+                    (None, true) => {
+                        if let Ok(n) = text.parse::<i64>() {
+                            J::from(n)
+                        } else if let Some(n) = text
+                            .parse::<f64>()
+                            .ok()
+                            .and_then(serde_json::Number::from_f64)
+                        {
+                            J::Number(n)
+                        } else {
+                            J::String(text.clone())
+                        }
+                    }
+                    (None, false) => J::String(text.clone()),
+                }
+            }
+            Node::Seq { items, .. } => J::Array(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| self.json(n, &format!("{field}[{i}]"), depth + 1))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Node::Map { entries, .. } => {
+                let mut out = serde_json::Map::new();
+                for (k, v) in entries {
+                    let Node::Scalar { text, .. } = k else {
+                        return Err(self.error(
+                            k.line(),
+                            field,
+                            format!("has a key that is {}, not a name", k.kind()),
+                        ));
+                    };
+                    let value = self.json(v, &join(field, text), depth + 1)?;
+                    out.insert(text.clone(), value);
+                }
+                J::Object(out)
+            }
         })
     }
 

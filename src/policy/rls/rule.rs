@@ -131,7 +131,10 @@ pub struct DescriptorRule {
     /// Native: how the rule's limits are decided (`None`: each limit's own
     /// mode, see [`LeaseMode::of_request`]).
     pub mode: Option<LeaseMode>,
-    /// Accepted from YAML; metric labels stay the bounded `label` anyway.
+    /// envoyproxy/ratelimit's `detailed_metric`: the descriptor's hits are
+    /// also counted per request value
+    /// ([`Domain::value_path`](super::Domain::value_path)), for a bounded
+    /// number of values (`[rls] detailed_metric_top_k`).
     pub detailed_metric: bool,
     /// envoyproxy/ratelimit's `requests_per_unit: 0` (its deny-list
     /// idiom): every charge of the descriptor is refused, a check
@@ -145,4 +148,8 @@ pub struct DescriptorRule {
     /// once nothing is left), and an explicit 0 checks (refused once the
     /// counter is past its limit).
     pub apply_on_stream_done: bool,
+    /// envoyproxy/ratelimit's `metadata` of the rule's descriptor (a JSON
+    /// object), returned in an answer's `dynamic_metadata` when the
+    /// descriptor passes and `[rls] response_dynamic_metadata` is on.
+    pub metadata: Option<Arc<serde_json::Value>>,
 }

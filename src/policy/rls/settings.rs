@@ -94,11 +94,24 @@ pub struct RlsSettings {
     /// an allowed descriptor whose used share of its limit is at least
     /// this after the charge counts as near its limit; in `(0, 1]`.
     pub near_limit_ratio: f64,
+    /// `[rls] detailed_metric_top_k`: how many request values of one
+    /// `detailed_metric` / `value_to_metric` rule get per-value series of
+    /// their own; every other value is counted under one `_other` series.
+    pub detailed_metric_top_k: usize,
+    /// `[rls] response_dynamic_metadata` (envoyproxy/ratelimit's
+    /// `RESPONSE_DYNAMIC_METADATA`): answers carry `dynamic_metadata` with
+    /// the request's domain and descriptors and the `metadata` of the rules
+    /// whose descriptors passed.
+    pub response_dynamic_metadata: bool,
 }
 
 impl RlsSettings {
     /// The default `near_limit_ratio`, as envoyproxy/ratelimit's.
     pub const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.8;
+    /// The default `detailed_metric_top_k`.
+    pub const DEFAULT_DETAILED_METRIC_TOP_K: usize = 100;
+    /// The largest `detailed_metric_top_k` accepted.
+    pub const MAX_DETAILED_METRIC_TOP_K: usize = 1000;
 }
 
 impl Default for RlsSettings {
@@ -111,6 +124,8 @@ impl Default for RlsSettings {
             envoy_configs: Vec::new(),
             envoy_config_entries: Vec::new(),
             near_limit_ratio: Self::DEFAULT_NEAR_LIMIT_RATIO,
+            detailed_metric_top_k: Self::DEFAULT_DETAILED_METRIC_TOP_K,
+            response_dynamic_metadata: false,
         }
     }
 }
@@ -125,6 +140,8 @@ impl std::fmt::Debug for RlsSettings {
             .field("envoy_configs", &self.envoy_configs)
             .field("envoy_config_entries", &self.envoy_config_entries)
             .field("near_limit_ratio", &self.near_limit_ratio)
+            .field("detailed_metric_top_k", &self.detailed_metric_top_k)
+            .field("response_dynamic_metadata", &self.response_dynamic_metadata)
             .finish()
     }
 }
