@@ -204,7 +204,7 @@ impl<F: Fn(&str) -> Option<String>> Env<'_, F> {
 
     /// Settings whose value asks for a behaviour ratewatch does not have.
     fn refuse_unsupported(&self) -> Result<(), ConfigError> {
-        const FLAGS: [(&str, &str); 12] = [
+        const FLAGS: [(&str, &str); 11] = [
             (
                 "USE_STATSD",
                 "ratewatch exports Prometheus metrics on GET /metrics of PORT, not statsd; set USE_STATSD=false",
