@@ -1,5 +1,6 @@
 //! The HTTP front end on the `--listen` port: `POST /json` and
-//! `POST /v1/decide`.
+//! `POST /v1/decide` (and the route of `POST /v1/settle`, whose handler is
+//! `settle.rs`).
 //!
 //! Both answer callers on this host only ([`local_caller`]), unless
 //! `[rls] token` is set: then every caller, loopback or not, must send
@@ -37,11 +38,10 @@ use serde_json::json;
 use super::decide::{RateLimitService, RlsError};
 use super::json::{request_from_json, response_to_json};
 use super::request::{RlsDescriptor, RlsRequest};
-use super::reservations::{self, Lookup, Outcome, ReservationId, Reservations};
+use super::reservations::{self, Reservations};
 use crate::identity::{Identity, IdentityKind, peer_ip};
 use crate::layer::headers;
 use crate::layer::local_caller;
-use crate::limiter::Settled;
 use crate::limiter::group_decision;
 use crate::telemetry::rls as m;
 use crate::{Costs, Decision};
@@ -50,7 +50,7 @@ use crate::{Costs, Decision};
 const MAX_BODY: usize = 64 * 1024;
 
 /// Most units one request names in `costs` or `used`.
-const MAX_UNITS: usize = 16;
+pub(super) const MAX_UNITS: usize = 16;
 
 /// `POST /json`, `POST /v1/decide` and `POST /v1/settle`, for any router
 /// state. The reservations of `/v1/decide` are held by these routes, in
@@ -63,7 +63,7 @@ pub fn routes<S: Clone + Send + Sync + 'static>(service: RateLimitService) -> Ro
     Router::new()
         .route("/json", post(json_handler))
         .route("/v1/decide", post(decide_handler))
-        .route("/v1/settle", post(settle_handler))
+        .route("/v1/settle", post(super::settle::settle_handler))
         .route(
             "/rlconfig",
             axum::routing::get(
@@ -77,9 +77,9 @@ pub fn routes<S: Clone + Send + Sync + 'static>(service: RateLimitService) -> Ro
 
 /// The routes' state: the service and the reservations it holds.
 #[derive(Clone)]
-struct HttpState {
-    service: RateLimitService,
-    reservations: Arc<Reservations>,
+pub(super) struct HttpState {
+    pub(super) service: RateLimitService,
+    pub(super) reservations: Arc<Reservations>,
 }
 
 impl FromRef<HttpState> for RateLimitService {
@@ -89,7 +89,11 @@ impl FromRef<HttpState> for RateLimitService {
 }
 
 /// `None` admits the caller; otherwise the refusal.
-fn refuse(service: &RateLimitService, req: &Request, api: &'static str) -> Option<Response> {
+pub(super) fn refuse(
+    service: &RateLimitService,
+    req: &Request,
+    api: &'static str,
+) -> Option<Response> {
     let policy = service.limiter().policy();
     let bad = |status: StatusCode, why: &'static str| {
         m::record_error(api, "unauthorized");
@@ -133,7 +137,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// `serde_json` output as a response, without axum's `json` feature type.
-struct Json(serde_json::Value);
+pub(super) struct Json(pub(super) serde_json::Value);
 
 impl IntoResponse for Json {
     fn into_response(self) -> Response {
@@ -145,13 +149,13 @@ impl IntoResponse for Json {
     }
 }
 
-async fn body_of(req: Request, api: &'static str) -> Result<Bytes, Response> {
+pub(super) async fn body_of(req: Request, api: &'static str) -> Result<Bytes, Response> {
     axum::body::to_bytes(req.into_body(), MAX_BODY)
         .await
         .map_err(|_| bad_request(api, "the body is unreadable or larger than 64 KiB"))
 }
 
-fn bad_request(api: &'static str, why: impl std::fmt::Display) -> Response {
+pub(super) fn bad_request(api: &'static str, why: impl std::fmt::Display) -> Response {
     m::record_error(api, "bad_request");
     (
         StatusCode::BAD_REQUEST,
@@ -511,87 +515,4 @@ fn hold_of(input: &DecideRequest) -> Result<Duration, String> {
             Ok(h)
         }
     })
-}
-
-/// The body of `POST /v1/settle`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SettleRequest {
-    reservation: String,
-    #[serde(default)]
-    used: BTreeMap<String, u64>,
-}
-
-async fn settle_handler(State(state): State<HttpState>, req: Request) -> Response {
-    if let Some(r) = refuse(&state.service, &req, "decide") {
-        return r;
-    }
-    let body = match body_of(req, "decide").await {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
-    let input: SettleRequest = match serde_json::from_slice(&body) {
-        Ok(i) => i,
-        Err(e) => return bad_request("decide", e),
-    };
-    if input.used.len() > MAX_UNITS {
-        return bad_request("decide", format!("used names more than {MAX_UNITS} units"));
-    }
-    let unknown = || {
-        (
-            StatusCode::NOT_FOUND,
-            Json(json!({
-                "error": "unknown_reservation",
-                "message": "no reservation of this id is held here: never made, expired, or settled too long ago",
-            })),
-        )
-            .into_response()
-    };
-    let Some(id) = ReservationId::parse(&input.reservation) else {
-        return unknown();
-    };
-    let outcome = match state.reservations.take(id) {
-        Lookup::Unknown => return unknown(),
-        Lookup::Settle(reservation, tx) => {
-            let used: Costs = input.used.into_iter().collect();
-            // Settled in a task of its own: a client that hangs up does
-            // not stop it, and a repeat settle waits for its outcome.
-            let task = tokio::spawn(async move {
-                let outcome: Outcome = Arc::new(reservation.settle_costs(&used).await);
-                let _ = tx.send(Some(outcome.clone()));
-                outcome
-            });
-            task.await.ok()
-        }
-        Lookup::Settled(mut rx) => rx
-            .wait_for(Option::is_some)
-            .await
-            .ok()
-            .and_then(|o| o.clone()),
-    };
-    let Some(outcome) = outcome else {
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            Json(json!({"error": "settle_failed", "message": "the settle did not finish"})),
-        )
-            .into_response();
-    };
-    let units: Vec<serde_json::Value> = outcome
-        .iter()
-        .map(|(unit, settled)| {
-            let (outcome, units) = match settled {
-                Settled::Exact => ("exact", 0),
-                Settled::Charged(n) => ("charged", *n),
-                Settled::Refunded(n) => ("refunded", *n),
-                Settled::Failed => ("failed", 0),
-                Settled::Stale => ("stale", 0),
-            };
-            json!({"unit": unit.as_ref(), "outcome": outcome, "units": units})
-        })
-        .collect();
-    (
-        StatusCode::OK,
-        Json(json!({"reservation": id.to_string(), "settled": units})),
-    )
-        .into_response()
 }

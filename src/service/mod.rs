@@ -58,6 +58,7 @@ pub mod proto;
 mod request;
 mod reservations;
 mod rlconfig;
+mod settle;
 
 pub use convert::{request_from_wire, response_to_wire};
 pub use decide::{RateLimitService, RlsError};
