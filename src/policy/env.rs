@@ -103,7 +103,8 @@ impl Policy {
     }
 }
 
-fn env_error(var: &str, message: &str) -> ConfigError {
+/// A configuration error naming the environment variable `var`.
+pub(super) fn env_error(var: &str, message: &str) -> ConfigError {
     ConfigError::Invalid {
         file: None,
         line: None,

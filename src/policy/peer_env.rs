@@ -37,6 +37,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
+use super::env::env_error as error;
 use super::{ConfigError, Policy};
 
 /// Variables whose presence says the environment is envoyproxy/ratelimit's
@@ -565,15 +566,6 @@ fn quote(s: &str) -> String {
     }
     out.push('"');
     out
-}
-
-fn error(var: &str, message: &str) -> ConfigError {
-    ConfigError::Invalid {
-        file: None,
-        line: None,
-        field: var.into(),
-        message: message.into(),
-    }
 }
 
 #[cfg(test)]
