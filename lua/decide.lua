@@ -27,17 +27,19 @@
 -- replaced by the write (see common.lua), instead of failing with WRONGTYPE
 -- until it expires.
 --
--- Returns one flat array (each table and each element of a reply costs
--- Redis CPU, so only what a limit needs is sent):
---   allowed (1/0), now (µs),
---   then per limit i: head, remaining (an integer, or the 8 bytes of a
---   double, big endian), reset_after_us, retry_after_us, then by head:
+-- Returns ONE bulk string (each reply element costs Redis CPU to send and
+-- the client about a thousand instructions to parse, so the whole answer
+-- is one fixed-width binary record, big endian, that Rust reads in place):
+--   '>BI8'       allowed (1/0), now (µs)
+--   then per limit i '>BdI8I8': head, remaining (the double's exact
+--   bits), reset_after_us, retry_after_us, then by head:
 --   head = allowed (1/0) + 2 × what follows:
 --     0  nothing
---     1  delay_us (an admitted leaky-bucket request must wait)
---     2  the window start written (µs; window counters)
---     3  the number m of sliding-log members written, then those m members
---     4  the number of expired in-flight holders the write dropped
+--     1  '>I8' delay_us (an admitted leaky-bucket request must wait)
+--     2  '>I8' the window start written (µs; window counters)
+--     3  '>I4' the number m of sliding-log members written, then each
+--        member as '>I4' its length and its bytes
+--     4  '>I8' the number of expired in-flight holders the write dropped
 -- A limit's state was written if and only if the call and the limit
 -- allowed and it was not a peek.
 
@@ -144,9 +146,9 @@ if chain and not allowed then
   end
 end
 
--- Sized for one limit at once (growing a table costs a rehash per doubling).
-local reply = { allowed and 1 or 0, now, 0, 0, 0, 0 }
-local n = 2
+-- The reply, one string: a limit's record in one struct.pack (one C call,
+-- no table per reply element).
+local out = struct.pack('>BI8', allowed and 1 or 0, now)
 for i = 1, #KEYS do
   local s = 8 * (i - 1)
   local head, extra, added = 0, nil, nil
@@ -164,25 +166,19 @@ for i = 1, #KEYS do
       head, extra, added = write(i, s)
     end
   end
-  reply[n + 1] = head
-  -- A number Rust reads back to the same double: an integer reply when it
-  -- is whole (exact below 2^53), else the double's 8 bytes, big endian.
-  local r = S[s + 2]
-  if r % 1 == 0 and r < 9007199254740992 then
-    reply[n + 2] = r
-  else
-    reply[n + 2] = struct.pack('>d', r)
-  end
-  reply[n + 3] = S[s + 3]
-  reply[n + 4] = S[s + 4]
-  n = n + 4
   if extra then
-    reply[n + 1] = extra
-    n = n + 1
+    out = out .. struct.pack('>BdI8I8I8', head, S[s + 2], S[s + 3], S[s + 4], extra)
   elseif added then
-    reply[n + 1] = #added
-    for j = 1, #added do reply[n + 1 + j] = added[j] end
-    n = n + 1 + #added
+    local m = #added
+    local members = {}
+    for j = 1, m do
+      members[2 * j - 1] = struct.pack('>I4', #added[j])
+      members[2 * j] = added[j]
+    end
+    out = out .. struct.pack('>BdI8I8I4', head, S[s + 2], S[s + 3], S[s + 4], m)
+      .. table.concat(members)
+  else
+    out = out .. struct.pack('>BdI8I8', head, S[s + 2], S[s + 3], S[s + 4])
   end
 end
-return reply
+return out

@@ -217,6 +217,96 @@ async fn a_frozen_server_times_out_promptly_and_the_decision_is_not_resent() {
     );
 }
 
+/// A Redis store that counts how the limiter asks it.
+struct Counting {
+    inner: RedisStore,
+    decide: std::sync::atomic::AtomicU64,
+    bounded: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl Store for Counting {
+    async fn decide(
+        &self,
+        batch: &Batch<'_>,
+    ) -> Result<ratewatch::store::StoreDecision, StoreError> {
+        self.decide
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.decide(batch).await
+    }
+
+    async fn decide_bounded(
+        &self,
+        batch: &Batch<'_>,
+    ) -> Result<ratewatch::store::StoreDecision, StoreError> {
+        self.bounded
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.decide_bounded(batch).await
+    }
+
+    fn shard_for(&self, key: &str) -> Arc<str> {
+        self.inner.shard_for(key)
+    }
+
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_limiter_bounds_a_decision_itself_so_the_store_sets_no_second_timer() {
+    use ratewatch::identity::{Identity, IdentityKind};
+    use ratewatch::{Limit, Limiter, Policy, Tier};
+    let server = RedisServer::start();
+    let settings = StoreSettings {
+        url: Some(server.url()),
+        timeout: Duration::from_millis(50),
+        ..StoreSettings::default()
+    };
+    let store = Arc::new(Counting {
+        inner: RedisStore::connect(&settings).await.expect("connect"),
+        decide: Default::default(),
+        bounded: Default::default(),
+    });
+    let policy = Policy::builder()
+        .store(settings)
+        .tier(
+            Tier::new("free")
+                .match_prefix("free_")
+                .limit(Limit::per_second("burst", 100)),
+        )
+        .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 100)))
+        .build()
+        .unwrap();
+    let limiter = Limiter::builder(policy)
+        .with_store(store.clone())
+        .build()
+        .await
+        .unwrap();
+    let caller = Identity::new(IdentityKind::ApiKey, "free_bounded");
+    let d = limiter.check(&caller, "free", None).await;
+    assert!(
+        d.allowed && matches!(d.source, ratewatch::Source::Store { .. }),
+        "{d:?}"
+    );
+    let calls = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(calls(&store.decide), 0, "decided under a second timer");
+    assert_eq!(calls(&store.bounded), 1);
+
+    // A frozen server: the limiter's budget alone answers, promptly, by
+    // the failure policy.
+    server.pause();
+    let started = Instant::now();
+    let d = limiter.check(&caller, "free", None).await;
+    let took = started.elapsed();
+    server.resume();
+    assert!(
+        !matches!(d.source, ratewatch::Source::Store { .. }),
+        "{d:?}"
+    );
+    assert!(took < Duration::from_secs(2), "answered after {took:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_made_while_redis_is_down_decides_once_redis_is_up() {
     let mut server = RedisServer::start();

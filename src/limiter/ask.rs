@@ -151,7 +151,8 @@ impl Limiter {
             if charged {
                 inner.store.decide_charged(batch).await
             } else {
-                inner.store.decide(batch).await.map(|d| (d, None))
+                // Bounded by `budget` below: the store needs no timer.
+                inner.store.decide_bounded(batch).await.map(|d| (d, None))
             }
         };
         // The error goes to the breakers, whose log lines name it

@@ -261,6 +261,15 @@ pub trait Store: Send + Sync + 'static {
     /// Decides (or, with [`Batch::peek`], reports) all limits of a request.
     async fn decide(&self, batch: &Batch<'_>) -> Result<StoreDecision, StoreError>;
 
+    /// [`Store::decide`] for a caller that bounds the call itself (a
+    /// timeout around it, as the limiter's decision budget is): a store may
+    /// then leave out a timer of its own, one fewer per decision. A caller
+    /// that does not bound the call must use [`Store::decide`]. The default
+    /// is [`Store::decide`].
+    async fn decide_bounded(&self, batch: &Batch<'_>) -> Result<StoreDecision, StoreError> {
+        self.decide(batch).await
+    }
+
     /// Decides `batch` here and now, without a future, if this store never
     /// waits (the memory store); `None` (the default) sends the batch to
     /// [`Store::decide`]. The limiter asks a store without breakers this

@@ -299,6 +299,11 @@ impl Store for RedisStore {
             .map_err(|_| StoreError::Timeout)?
     }
 
+    async fn decide_bounded(&self, batch: &Batch<'_>) -> Result<StoreDecision, StoreError> {
+        // The caller's timeout bounds the call: no second timer.
+        self.run(batch).await
+    }
+
     fn shard_for(&self, _key: &str) -> Arc<str> {
         self.shard.clone()
     }

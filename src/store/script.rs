@@ -5,7 +5,8 @@
 //! `lua/decide.lua` (or `lua/refund.lua`) into one script, so a request's
 //! limits are decided in one atomic call. Arguments and replies keep
 //! numbers exact: floats travel as shortest round-trip decimal strings one
-//! way and as integers or a double's eight bytes the other.
+//! way and as a double's eight bytes the other; the decide script answers
+//! one binary string, read in place.
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -419,46 +420,47 @@ fn int(v: &Value) -> Result<u64, StoreError> {
     }
 }
 
-/// Whether [`text`] would read `v`.
-fn is_text(v: &Value) -> bool {
-    match v {
-        Value::BulkString(b) => std::str::from_utf8(b).is_ok(),
-        Value::SimpleString(_) => true,
-        _ => false,
+/// A reader over the decide script's one-string reply: fixed-width big
+/// endian fields read in place, no allocation per field.
+struct Fields<'a>(&'a [u8]);
+
+impl<'a> Fields<'a> {
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], StoreError> {
+        let Some((head, rest)) = self.0.split_at_checked(n) else {
+            return Err(protocol("too short"));
+        };
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], StoreError> {
+        let Some((head, rest)) = self.0.split_first_chunk::<N>() else {
+            return Err(protocol("too short"));
+        };
+        self.0 = rest;
+        Ok(*head)
+    }
+
+    fn u8(&mut self) -> Result<u8, StoreError> {
+        self.array::<1>().map(|[b]| b)
+    }
+
+    fn u32(&mut self) -> Result<u32, StoreError> {
+        self.array().map(u32::from_be_bytes)
+    }
+
+    fn u64(&mut self) -> Result<u64, StoreError> {
+        self.array().map(u64::from_be_bytes)
+    }
+
+    fn f64(&mut self) -> Result<f64, StoreError> {
+        self.array().map(f64::from_be_bytes)
     }
 }
 
-fn text(v: &Value) -> Result<String, StoreError> {
-    match v {
-        Value::BulkString(b) => String::from_utf8(b.clone()).map_err(|_| protocol("not UTF-8")),
-        Value::SimpleString(s) => Ok(s.clone()),
-        _ => Err(protocol("expected a string")),
-    }
-}
-
-/// A number the script sent exactly: an integer reply for a whole number,
-/// else the eight bytes of the double, big endian (`exact` in
-/// `lua/common.lua`), so no decimal formatting runs on either side.
-fn exact(v: &Value) -> Result<f64, StoreError> {
-    match v {
-        Value::Int(n) => Ok(*n as f64),
-        Value::BulkString(b) => <[u8; 8]>::try_from(b.as_slice())
-            .map(f64::from_be_bytes)
-            .map_err(|_| protocol("expected a number")),
-        _ => Err(protocol("expected a number")),
-    }
-}
-
-fn array(v: &Value) -> Result<&[Value], StoreError> {
-    match v {
-        Value::Array(a) => Ok(a),
-        Value::Nil => Ok(&[]),
-        _ => Err(protocol("expected an array")),
-    }
-}
-
-/// Parses the decide script's reply for `n` items: one flat array whose
-/// per-limit fields depend on a head value (see `lua/decide.lua`).
+/// Parses the decide script's reply for `n` items: one string of
+/// fixed-width fields, a limit's extra fields named by its head (see
+/// `lua/decide.lua`).
 pub(crate) fn parse_reply(value: &Value, n: usize) -> Result<GroupReply, StoreError> {
     parse(value, n, true)
 }
@@ -472,59 +474,54 @@ pub(crate) fn parse_verdicts(value: &Value, n: usize) -> Result<GroupReply, Stor
 }
 
 fn parse(value: &Value, n: usize, receipt: bool) -> Result<GroupReply, StoreError> {
-    let top = array(value)?;
-    let [allowed, now, rest @ ..] = top else {
-        return Err(protocol("too short"));
+    let Value::BulkString(bytes) = value else {
+        return Err(protocol("expected one string"));
     };
+    let mut fields = Fields(bytes);
     let room = if receipt { n } else { 0 };
     let mut reply = GroupReply {
-        allowed: int(allowed)? == 1,
-        now: int(now)?,
+        allowed: fields.u8()? == 1,
+        now: fields.u64()?,
         verdicts: Vec::with_capacity(n),
         written: Vec::with_capacity(room),
         window_start: Vec::with_capacity(room),
         members: Vec::with_capacity(room),
         expired: 0,
     };
-    let mut rest = rest;
     for _ in 0..n {
-        let Some(([head, remaining, reset, retry], tail)) = rest.split_first_chunk::<4>() else {
-            return Err(protocol("wrong number of fields"));
-        };
-        let head = int(head)?;
+        let head = fields.u8()?;
+        let remaining = fields.f64()?;
+        let reset_after_us = fields.u64()?;
+        let retry_after_us = fields.u64()?;
         let admitted = head & 1 == 1;
         let (mut delay_us, mut start, mut members) = (0, 0, Vec::new());
-        rest = match (head >> 1, tail) {
-            (0, tail) => tail,
-            (1, [delay, tail @ ..]) => {
-                delay_us = int(delay)?;
-                tail
-            }
-            (2, [s, tail @ ..]) => {
-                start = int(s)?;
-                tail
-            }
-            (4, [e, tail @ ..]) => {
-                reply.expired += int(e)?;
-                tail
-            }
-            (3, [m, tail @ ..]) => {
-                let m = usize::try_from(int(m)?).map_err(|_| protocol("member count"))?;
-                let added = tail.get(..m).ok_or_else(|| protocol("missing members"))?;
+        match head >> 1 {
+            0 => {}
+            1 => delay_us = fields.u64()?,
+            2 => start = fields.u64()?,
+            4 => reply.expired += fields.u64()?,
+            3 => {
+                let m = fields.u32()?;
                 if receipt {
-                    members = added.iter().map(text).collect::<Result<_, _>>()?;
-                } else if !added.iter().all(is_text) {
-                    return Err(protocol("expected a string"));
+                    // Never more room than the reply could fill.
+                    members.reserve((m as usize).min(fields.0.len() / 4));
                 }
-                &tail[m..]
+                for _ in 0..m {
+                    let len = fields.u32()? as usize;
+                    let member = std::str::from_utf8(fields.bytes(len)?)
+                        .map_err(|_| protocol("not UTF-8"))?;
+                    if receipt {
+                        members.push(member.to_owned());
+                    }
+                }
             }
             _ => return Err(protocol("unknown head")),
-        };
+        }
         reply.verdicts.push(Verdict {
             allowed: admitted,
-            remaining: exact(remaining)?,
-            reset_after_us: int(reset)?,
-            retry_after_us: int(retry)?,
+            remaining,
+            reset_after_us,
+            retry_after_us,
             delay_us,
         });
         if receipt {
@@ -536,7 +533,7 @@ fn parse(value: &Value, n: usize, receipt: bool) -> Result<GroupReply, StoreErro
             reply.members.push(members);
         }
     }
-    if !rest.is_empty() {
+    if !fields.0.is_empty() {
         return Err(protocol("wrong number of items"));
     }
     Ok(reply)
@@ -607,120 +604,135 @@ where
 mod tests {
     use super::*;
 
-    fn int(n: i64) -> Value {
-        Value::Int(n)
+    /// Builds a reply as `lua/decide.lua` packs it.
+    #[derive(Default)]
+    struct Reply(Vec<u8>);
+
+    impl Reply {
+        fn new(allowed: bool, now: u64) -> Self {
+            let mut r = Self::default();
+            r.0.push(u8::from(allowed));
+            r.0.extend(now.to_be_bytes());
+            r
+        }
+
+        fn limit(mut self, head: u8, remaining: f64, reset: u64, retry: u64) -> Self {
+            self.0.push(head);
+            self.0.extend(remaining.to_be_bytes());
+            self.0.extend(reset.to_be_bytes());
+            self.0.extend(retry.to_be_bytes());
+            self
+        }
+
+        fn u64(mut self, n: u64) -> Self {
+            self.0.extend(n.to_be_bytes());
+            self
+        }
+
+        fn members(mut self, members: &[&[u8]]) -> Self {
+            self.0.extend((members.len() as u32).to_be_bytes());
+            for m in members {
+                self.0.extend((m.len() as u32).to_be_bytes());
+                self.0.extend(*m);
+            }
+            self
+        }
+
+        fn value(self) -> Value {
+            Value::BulkString(self.0)
+        }
     }
 
-    fn bulk(b: &[u8]) -> Value {
-        Value::BulkString(b.to_vec())
+    fn every_kind() -> Value {
+        Reply::new(true, 1_700_000_000_000_000)
+            // A token bucket: a fractional remaining.
+            .limit(1, 8.25, 30, 0)
+            // A leaky bucket that shapes: a delay follows.
+            .limit(3, 4.0, 10, 0)
+            .u64(2_500)
+            // A fixed window written: its start follows.
+            .limit(5, 99.0, 60, 0)
+            .u64(1_699_999_999_000_000)
+            // A sliding log written: two members follow.
+            .limit(7, 8.0, 5, 0)
+            .members(&[b"1700000000000000:0", b"1700000000000000:1"])
+            // An in-flight limit written: expired holders follow.
+            .limit(9, 2.0, 0, 0)
+            .u64(3)
+            // A blocked shadow limit: nothing follows.
+            .limit(0, 0.0, 9, 9)
+            .value()
     }
 
     #[test]
-    fn a_flat_reply_reads_back_every_kind_of_limit() {
-        let reply = Value::Array(vec![
-            int(1),
-            int(1_700_000_000_000_000),
-            // A token bucket: a fractional remaining as a double's bytes.
-            int(1),
-            bulk(&8.25f64.to_be_bytes()),
-            int(30),
-            int(0),
-            // A leaky bucket that shapes: a delay follows.
-            int(3),
-            int(4),
-            int(10),
-            int(0),
-            int(2_500),
-            // A fixed window written: its start follows.
-            int(5),
-            int(99),
-            int(60),
-            int(0),
-            int(1_699_999_999_000_000),
-            // A sliding log written: two members follow.
-            int(7),
-            int(8),
-            int(5),
-            int(0),
-            int(2),
-            bulk(b"1700000000000000:0"),
-            bulk(b"1700000000000000:1"),
-            // A blocked shadow limit: nothing follows.
-            int(0),
-            int(0),
-            int(9),
-            int(9),
-        ]);
-        let r = parse_reply(&reply, 5).expect("parses");
+    fn one_string_reads_back_every_kind_of_limit() {
+        let r = parse_reply(&every_kind(), 6).expect("parses");
         assert!(r.allowed);
         assert_eq!(r.now, 1_700_000_000_000_000);
         assert_eq!(r.verdicts[0].remaining.to_bits(), 8.25f64.to_bits());
+        assert_eq!(r.verdicts[0].reset_after_us, 30);
         assert_eq!(r.verdicts[1].delay_us, 2_500);
         assert_eq!(r.window_start[2], 1_699_999_999_000_000);
-        assert_eq!(r.members[3].len(), 2);
-        assert!(!r.verdicts[4].allowed && r.verdicts[4].retry_after_us == 9);
-        assert_eq!(r.written, [true, true, true, true, false]);
+        assert_eq!(r.members[3], ["1700000000000000:0", "1700000000000000:1"]);
+        assert_eq!(r.expired, 3);
+        assert!(!r.verdicts[5].allowed && r.verdicts[5].retry_after_us == 9);
+        assert_eq!(r.written, [true, true, true, true, true, false]);
     }
 
     #[test]
     fn a_malformed_reply_is_an_error_not_a_panic() {
-        let cases = [
+        let mut cases = vec![
             Value::Nil,
-            Value::Array(vec![int(1)]),
-            Value::Array(vec![int(1), int(2), int(1), int(1)]),
+            Value::Int(1),
+            // The flat array of an older script.
+            Value::Array(vec![Value::Int(1), Value::Int(2)]),
+            Reply::new(true, 2).value(),
+            // Cut inside a limit.
+            Value::BulkString(Reply::new(true, 2).limit(1, 1.0, 1, 0).0[..20].to_vec()),
             // Head 7 promises members that are not there.
-            Value::Array(vec![int(1), int(2), int(7), int(1), int(1), int(0), int(5)]),
+            Reply::new(true, 2).limit(7, 1.0, 1, 0).u64(5).value(),
+            // A member longer than what is left.
+            Reply::new(true, 2)
+                .limit(7, 1.0, 1, 0)
+                .members(&[b"abc"])
+                .0
+                .split_last()
+                .map(|(_, r)| Value::BulkString(r.to_vec()))
+                .unwrap(),
+            // A member count far beyond the reply.
+            Value::BulkString({
+                let mut b = Reply::new(true, 2).limit(7, 1.0, 1, 0).0;
+                b.extend(u32::MAX.to_be_bytes());
+                b
+            }),
             // An unknown head.
-            Value::Array(vec![int(1), int(2), int(9), int(1), int(1), int(0)]),
-            // A remaining that is neither an integer nor eight bytes.
-            Value::Array(vec![int(1), int(2), int(1), bulk(b"1.5"), int(1), int(0)]),
-            // Trailing elements.
-            Value::Array(vec![int(1), int(2), int(1), int(1), int(1), int(0), int(0)]),
+            Reply::new(true, 2).limit(11, 1.0, 1, 0).value(),
+            // Trailing bytes.
+            Reply::new(true, 2).limit(1, 1.0, 1, 0).u64(0).value(),
+            // A member that is not text.
+            Reply::new(true, 2)
+                .limit(7, 1.0, 1, 0)
+                .members(&[&[0xff]])
+                .value(),
         ];
+        cases.push(Value::BulkString(Vec::new()));
         for case in cases {
             assert!(parse_reply(&case, 1).is_err(), "{case:?}");
             assert!(parse_verdicts(&case, 1).is_err(), "{case:?}");
         }
-        // A member that is not text is refused either way.
-        let bad_member = Value::Array(vec![
-            int(1),
-            int(2),
-            int(7),
-            int(1),
-            int(1),
-            int(0),
-            int(1),
-            bulk(&[0xff]),
-        ]);
-        assert!(parse_reply(&bad_member, 1).is_err());
-        assert!(parse_verdicts(&bad_member, 1).is_err());
+        // Two limits read from a reply of one.
+        let one = Reply::new(true, 2).limit(1, 1.0, 1, 0).value();
+        assert!(parse_reply(&one, 1).is_ok());
+        assert!(parse_reply(&one, 2).is_err());
     }
 
     #[test]
     fn verdicts_alone_read_the_same_verdicts_without_a_receipt() {
-        let reply = Value::Array(vec![
-            int(1),
-            int(1_700_000_000_000_000),
-            int(1),
-            bulk(&8.25f64.to_be_bytes()),
-            int(30),
-            int(0),
-            int(5),
-            int(99),
-            int(60),
-            int(0),
-            int(1_699_999_999_000_000),
-            int(7),
-            int(8),
-            int(5),
-            int(0),
-            int(1),
-            bulk(b"1700000000000000:0"),
-        ]);
-        let whole = parse_reply(&reply, 3).expect("parses");
-        let lean = parse_verdicts(&reply, 3).expect("parses");
+        let whole = parse_reply(&every_kind(), 6).expect("parses");
+        let lean = parse_verdicts(&every_kind(), 6).expect("parses");
         assert_eq!((lean.allowed, lean.now), (whole.allowed, whole.now));
         assert_eq!(lean.verdicts, whole.verdicts);
+        assert_eq!(lean.expired, whole.expired);
         assert!(lean.written.is_empty() && lean.members.is_empty());
     }
 }
