@@ -137,6 +137,12 @@ impl IdentityKey {
         self.id == other.id
     }
 
+    /// Tells keys apart without showing the secret (0 for unkeyed): what a
+    /// cache of hashes is keyed on.
+    pub(crate) fn fingerprint(&self) -> u64 {
+        self.id
+    }
+
     /// The hex hash of an identity of `kind` (its hash class) with raw value
     /// `raw`: 24 hex digits, as [`hash_identity`] gives.
     pub fn hash_identity(&self, kind: &str, raw: &str) -> String {
