@@ -293,17 +293,36 @@ fn codes_with_len(limits: Vec<(Option<&str>, &str, &str)>, len: usize) -> Vec<St
 /// Appends the dense form of a hash from [`hash_identity`]: its 96 bits in
 /// 16 base64url characters. Anything else is appended as it is.
 fn push_dense(out: &mut String, hex: &str) {
+    // By byte arithmetic and one append: this runs for every key of
+    // every decision.
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
     let digits = hex.as_bytes();
-    if digits.len() != HASH_HEX || !digits.iter().all(u8::is_ascii_hexdigit) {
+    let mut bytes = [0u8; HASH_HEX / 2];
+    if digits.len() == HASH_HEX {
+        for (b, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
+            let (Some(hi), Some(lo)) = (nibble(pair[0]), nibble(pair[1])) else {
+                out.push_str(hex);
+                return;
+            };
+            *b = hi << 4 | lo;
+        }
+    } else {
         out.push_str(hex);
         return;
     }
-    let nibble = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
-    let mut bytes = [0u8; HASH_HEX / 2];
-    for (b, pair) in bytes.iter_mut().zip(digits.chunks(2)) {
-        *b = nibble(pair[0]) << 4 | nibble(pair[1]);
+    let mut dense = [0u8; HASH_HEX / 2 * 4 / 3];
+    for (chunk, four) in bytes.chunks_exact(3).zip(dense.chunks_exact_mut(4)) {
+        let n = u32::from(chunk[0]) << 16 | u32::from(chunk[1]) << 8 | u32::from(chunk[2]);
+        for (i, c) in four.iter_mut().enumerate() {
+            *c = BASE64URL[((n >> (18 - 6 * i)) & 63) as usize];
+        }
     }
-    push_base64url(out, &bytes);
+    out.push_str(std::str::from_utf8(&dense).unwrap_or_default());
 }
 
 /// Appends `identity_hash` (from [`hash_identity`]) as [`identity_key`]
@@ -471,6 +490,40 @@ mod tests {
         // sha256(b"key\0free_k"), first 24 hex digits: the fleet view and
         // the dashboard's hashed view keep showing the same hashes.
         assert_eq!(hash_identity("key", "free_k"), "fd56fce8f54dd12e9c5b25af");
+    }
+
+    #[test]
+    fn the_dense_form_is_the_hashs_bits_in_base64url() {
+        // The form of every key already in Redis: hex digits to bytes,
+        // then base64url of the bytes.
+        let reference = |hex: &str| {
+            let bytes: Vec<u8> = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                .collect();
+            let mut out = String::new();
+            push_base64url(&mut out, &bytes);
+            out
+        };
+        for raw in ["", "free_k", "a{b}:c", "\u{1F600}"] {
+            let h = hash_identity("key", raw);
+            let mut dense = String::new();
+            push_dense(&mut dense, &h);
+            assert_eq!(dense, reference(&h));
+            assert_eq!(dense.len(), 16);
+        }
+        let mut upper = String::new();
+        push_dense(&mut upper, "0123456789ABCDEFabcdef00");
+        assert_eq!(upper, reference("0123456789ABCDEFabcdef00"));
+        for odd in [
+            "0123456789abcdef0123456g",
+            "short",
+            "0123456789abcdef01234567ff",
+        ] {
+            let mut out = String::new();
+            push_dense(&mut out, odd);
+            assert_eq!(out, odd, "not a hash: appended as it is");
+        }
     }
 
     #[test]
