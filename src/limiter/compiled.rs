@@ -150,7 +150,8 @@ fn key_codes(policy: &Policy, tags: &[String]) -> HashMap<CodeInput, String> {
 /// The whole policy, compiled.
 #[derive(Debug)]
 pub(crate) struct Compiled {
-    pub tiers: HashMap<String, CompiledTier>,
+    /// By name (ahash: looked up on every decision).
+    pub tiers: HashMap<String, CompiledTier, ahash::RandomState>,
     pub routes: Vec<CompiledRoute>,
     pub default_failure: FailurePolicy,
     pub prefix: String,

@@ -293,34 +293,43 @@ fn codes_with_len(limits: Vec<(Option<&str>, &str, &str)>, len: usize) -> Vec<St
 /// Appends the dense form of a hash from [`hash_identity`]: its 96 bits in
 /// 16 base64url characters. Anything else is appended as it is.
 fn push_dense(out: &mut String, hex: &str) {
-    // By byte arithmetic and one append: this runs for every key of
-    // every decision.
-    let nibble = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
+    // By table and one append: this runs for every key of every decision.
+    const INVALID: u8 = 0xff;
+    const NIBBLE: [u8; 256] = {
+        let mut t = [INVALID; 256];
+        let mut i = 0;
+        while i < 10 {
+            t[b'0' as usize + i] = i as u8;
+            i += 1;
+        }
+        let mut i = 0;
+        while i < 6 {
+            t[b'a' as usize + i] = 10 + i as u8;
+            t[b'A' as usize + i] = 10 + i as u8;
+            i += 1;
+        }
+        t
     };
     let digits = hex.as_bytes();
-    let mut bytes = [0u8; HASH_HEX / 2];
-    if digits.len() == HASH_HEX {
-        for (b, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
-            let (Some(hi), Some(lo)) = (nibble(pair[0]), nibble(pair[1])) else {
-                out.push_str(hex);
-                return;
-            };
-            *b = hi << 4 | lo;
-        }
-    } else {
+    if digits.len() != HASH_HEX {
         out.push_str(hex);
         return;
     }
-    let mut dense = [0u8; HASH_HEX / 2 * 4 / 3];
-    for (chunk, four) in bytes.chunks_exact(3).zip(dense.chunks_exact_mut(4)) {
-        let n = u32::from(chunk[0]) << 16 | u32::from(chunk[1]) << 8 | u32::from(chunk[2]);
-        for (i, c) in four.iter_mut().enumerate() {
-            *c = BASE64URL[((n >> (18 - 6 * i)) & 63) as usize];
-        }
+    // The 96 bits, then 16 characters of 6 bits each.
+    let mut bits: u128 = 0;
+    let mut bad = 0u8;
+    for &c in digits {
+        let n = NIBBLE[usize::from(c)];
+        bad |= n;
+        bits = bits << 4 | u128::from(n & 0xf);
+    }
+    if bad & 0xf0 != 0 {
+        out.push_str(hex);
+        return;
+    }
+    let mut dense = [0u8; HASH_HEX * 4 / 6];
+    for (i, c) in dense.iter_mut().enumerate() {
+        *c = BASE64URL[((bits >> (90 - 6 * i)) & 63) as usize];
     }
     out.push_str(std::str::from_utf8(&dense).unwrap_or_default());
 }
