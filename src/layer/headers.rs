@@ -315,6 +315,14 @@ fn put(h: &mut HeaderMap, name: HeaderName, value: &str) {
     }
 }
 
+/// A single-limit `RateLimit` value and what it shows: the limit's name,
+/// `r` and `t`.
+type RateLimitMemo = (Arc<str>, u64, u64, HeaderValue);
+
+/// One enforced limit as `RateLimit-Policy` shows it: name, unit, quota
+/// and window.
+type PolicyPart = (Arc<str>, Arc<str>, u64, u64);
+
 thread_local! {
     /// The last `RateLimit-Policy` value this thread built, by its text: a
     /// tier's policy rarely changes, so most responses share one value
@@ -326,11 +334,10 @@ thread_local! {
     static REMAINING: RefCell<Option<(u64, HeaderValue)>> = const { RefCell::new(None) };
     /// The last single-limit `RateLimit` value, by its limit's name, `r`
     /// and `t`.
-    static RATELIMIT_MEMO: RefCell<Option<(Arc<str>, u64, u64, HeaderValue)>> =
-        const { RefCell::new(None) };
+    static RATELIMIT_MEMO: RefCell<Option<RateLimitMemo>> = const { RefCell::new(None) };
     /// What the last `RateLimit-Policy` value (in `POLICY`) was built
     /// from: each enforced limit's name, unit, quota and window.
-    static POLICY_OF: RefCell<Vec<(Arc<str>, Arc<str>, u64, u64)>> = const { RefCell::new(Vec::new()) };
+    static POLICY_OF: RefCell<Vec<PolicyPart>> = const { RefCell::new(Vec::new()) };
     /// The last `X-RateLimit-Reset` value, by epoch second.
     static RESET: RefCell<Option<(u64, HeaderValue)>> = const { RefCell::new(None) };
     /// The buffer header values are written into.
