@@ -12,6 +12,7 @@
 //! ```
 
 mod extract;
+mod hash_cache;
 mod principal;
 mod resolve;
 mod secret;
@@ -153,7 +154,7 @@ impl Identity {
     /// An identity of `kind` with raw value `raw`, hashed with `key`.
     pub fn keyed(kind: IdentityKind, raw: impl Into<String>, key: &IdentityKey) -> Self {
         let raw = raw.into();
-        let hash = key.hash_identity(kind.hash_class(), &raw);
+        let hash = hash_cache::hash_identity(key, kind.hash_class(), &raw);
         Self {
             kind,
             raw,
@@ -171,7 +172,7 @@ impl Identity {
             return std::borrow::Cow::Borrowed(self);
         }
         let mut id = self.clone();
-        id.hash = key.hash_identity(self.kind.hash_class(), &self.raw);
+        id.hash = hash_cache::hash_identity(key, self.kind.hash_class(), &self.raw);
         id.key = key.clone();
         std::borrow::Cow::Owned(id)
     }
@@ -179,7 +180,7 @@ impl Identity {
     /// The hash of a client address group (`scope = "ip"` keys), with the
     /// same key as this identity's.
     pub fn address_hash(&self, group: &str) -> String {
-        self.key.hash_identity(IdentityKind::Ip.hash_class(), group)
+        hash_cache::hash_identity(&self.key, IdentityKind::Ip.hash_class(), group)
     }
 
     /// The identity with the tier its extractor verified (an auth layer's

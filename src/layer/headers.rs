@@ -21,6 +21,7 @@
 
 use std::cell::RefCell;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -166,10 +167,32 @@ fn write_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies, buf
     let single = d.limits.iter().all(|l| l.shadow || l.unit == top.unit);
     if families.ietf {
         let t = ceil_secs(until);
-        buf.clear();
-        push_sf_string(buf, &top.name);
-        let _ = write!(buf, ";r={remaining};t={t}");
-        if !single {
+        if single {
+            // One limit's `r` and `t`: a caller far from its limit sees
+            // the same pair response after response, so the last value is
+            // kept per thread (a reference count, not a formatted copy).
+            let value = RATELIMIT_MEMO.with_borrow_mut(|m| match m {
+                Some((name, r, secs, v))
+                    if *r == remaining && *secs == t && same_text(name, &top.name) =>
+                {
+                    Some(v.clone())
+                }
+                _ => {
+                    buf.clear();
+                    push_sf_string(buf, &top.name);
+                    let _ = write!(buf, ";r={remaining};t={t}");
+                    let v = HeaderValue::from_str(buf).ok()?;
+                    *m = Some((top.name.clone(), remaining, t, v.clone()));
+                    Some(v)
+                }
+            });
+            if let Some(v) = value {
+                h.insert(RATELIMIT, v);
+            }
+        } else {
+            buf.clear();
+            push_sf_string(buf, &top.name);
+            let _ = write!(buf, ";r={remaining};t={t}");
             for unit in d.units().filter(|u| **u != top.unit) {
                 if let Some((l, r, until)) = tightest(d, unit) {
                     buf.push_str(", ");
@@ -177,8 +200,8 @@ fn write_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies, buf
                     let _ = write!(buf, ";r={r};t={}", ceil_secs(until));
                 }
             }
+            put(h, RATELIMIT, buf);
         }
-        put(h, RATELIMIT, buf);
     }
     if !families.x_ratelimit {
         return;
@@ -195,7 +218,13 @@ fn write_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies, buf
         let quota = cached(&QUOTA, l.quota, |b| {
             let _ = write!(b, "{}", l.quota);
         });
-        let left = number(remaining);
+        let left = if remaining < READY_NUMBERS {
+            number(remaining)
+        } else {
+            cached(&REMAINING, remaining, |b| {
+                let _ = write!(b, "{remaining}");
+            })
+        };
         // Many responses share a reset second: one value per second per
         // thread, not a formatted copy each.
         let reset = cached(&RESET, reset, |b| {
@@ -286,6 +315,14 @@ fn put(h: &mut HeaderMap, name: HeaderName, value: &str) {
     }
 }
 
+/// A single-limit `RateLimit` value and what it shows: the limit's name,
+/// `r` and `t`.
+type RateLimitMemo = (Arc<str>, u64, u64, HeaderValue);
+
+/// One enforced limit as `RateLimit-Policy` shows it: name, unit, quota
+/// and window.
+type PolicyPart = (Arc<str>, Arc<str>, u64, u64);
+
 thread_local! {
     /// The last `RateLimit-Policy` value this thread built, by its text: a
     /// tier's policy rarely changes, so most responses share one value
@@ -293,6 +330,14 @@ thread_local! {
     static POLICY: RefCell<Option<(String, HeaderValue)>> = const { RefCell::new(None) };
     /// The last `X-RateLimit-Limit` value, by quota.
     static QUOTA: RefCell<Option<(u64, HeaderValue)>> = const { RefCell::new(None) };
+    /// The last `X-RateLimit-Remaining` value above the ready numbers.
+    static REMAINING: RefCell<Option<(u64, HeaderValue)>> = const { RefCell::new(None) };
+    /// The last single-limit `RateLimit` value, by its limit's name, `r`
+    /// and `t`.
+    static RATELIMIT_MEMO: RefCell<Option<RateLimitMemo>> = const { RefCell::new(None) };
+    /// What the last `RateLimit-Policy` value (in `POLICY`) was built
+    /// from: each enforced limit's name, unit, quota and window.
+    static POLICY_OF: RefCell<Vec<PolicyPart>> = const { RefCell::new(Vec::new()) };
     /// The last `X-RateLimit-Reset` value, by epoch second.
     static RESET: RefCell<Option<(u64, HeaderValue)>> = const { RefCell::new(None) };
     /// The buffer header values are written into.
@@ -320,7 +365,36 @@ fn cached(
     })
 }
 
+/// Whether two names are one text: the same allocation (a compiled
+/// limit's name, shared by its reports) or equal characters. The memo
+/// holds its `Arc`, so its address cannot be reused by another name.
+fn same_text(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || **a == **b
+}
+
 fn insert_policy(h: &mut HeaderMap, d: &Decision, buf: &mut String) {
+    // The policy value changes only with the decision's limits: when they
+    // are the ones the last value was built from, it is reused without
+    // formatting anything.
+    let same = POLICY_OF.with_borrow(|of| {
+        let mut enforced = d.limits.iter().filter(|l| !l.shadow);
+        !of.is_empty()
+            && of.iter().all(|(name, unit, q, w)| {
+                enforced.next().is_some_and(|l| {
+                    l.quota == *q
+                        && l.window_secs == *w
+                        && same_text(name, &l.name)
+                        && same_text(unit, &l.unit)
+                })
+            })
+            && enforced.next().is_none()
+    });
+    if same {
+        if let Some(v) = POLICY.with_borrow(|m| m.as_ref().map(|(_, v)| v.clone())) {
+            h.insert(RATELIMIT_POLICY, v);
+            return;
+        }
+    }
     buf.clear();
     for l in d.limits.iter().filter(|l| !l.shadow) {
         if !buf.is_empty() {
@@ -345,6 +419,15 @@ fn insert_policy(h: &mut HeaderMap, d: &Decision, buf: &mut String) {
         }
     });
     if let Some(v) = value {
+        POLICY_OF.with_borrow_mut(|of| {
+            of.clear();
+            of.extend(
+                d.limits
+                    .iter()
+                    .filter(|l| !l.shadow)
+                    .map(|l| (l.name.clone(), l.unit.clone(), l.quota, l.window_secs)),
+            );
+        });
         h.insert(RATELIMIT_POLICY, v);
     }
 }
@@ -378,6 +461,100 @@ mod tests {
     fn structured_strings_are_quoted_and_escaped() {
         assert_eq!(sf_string("burst"), "\"burst\"");
         assert_eq!(sf_string("a\"b\\c"), "\"a\\\"b\\\\c\"");
+    }
+
+    fn decision(limits: &[(&str, &str, u64, u64, f64)]) -> Decision {
+        Decision {
+            allowed: true,
+            tier: "free".into(),
+            limits: limits
+                .iter()
+                .map(|&(name, unit, quota, window_secs, left)| LimitReport {
+                    name: name.into(),
+                    unit: unit.into(),
+                    quota,
+                    window_secs,
+                    remaining: Some(left),
+                    reset_after: Duration::from_secs(1),
+                    retry_after: Duration::ZERO,
+                    allowed: true,
+                    shadow: false,
+                    exceeds_quota: false,
+                })
+                .collect(),
+            retry_after: None,
+            delay: Duration::ZERO,
+            source: crate::Source::Store {
+                shard: "memory".into(),
+            },
+            outcome: crate::telemetry::Outcome::Allowed,
+            store_rtt: None,
+            decided_at: 1_700_000_000_000_000,
+            path: crate::DecisionPath::Store,
+            route: None,
+            method: None,
+            slot: None,
+        }
+    }
+
+    fn shown(d: &Decision) -> Vec<(String, String)> {
+        let mut h = HeaderMap::new();
+        insert(&mut h, d);
+        let mut out: Vec<(String, String)> = h
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn value(d: &Decision, name: &str) -> String {
+        shown(d)
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn values_kept_per_thread_follow_every_change_of_the_limits() {
+        let a = decision(&[("burst", "requests", 5000, 1, 4000.0)]);
+        let same_text = decision(&[("burst", "requests", 5000, 1, 4000.0)]);
+        let other_quota = decision(&[("burst", "requests", 6000, 1, 4000.0)]);
+        let other_window = decision(&[("burst", "requests", 5000, 2, 4000.0)]);
+        let other_name = decision(&[("day", "requests", 5000, 1, 4000.0)]);
+        let other_left = decision(&[("burst", "requests", 5000, 1, 3999.0)]);
+        let two = decision(&[
+            ("burst", "requests", 5000, 1, 4000.0),
+            ("day", "requests", 9000, 86_400, 8000.0),
+        ]);
+        for _ in 0..2 {
+            assert_eq!(value(&a, "ratelimit-policy"), "\"burst\";q=5000;w=1");
+            assert_eq!(
+                value(&same_text, "ratelimit-policy"),
+                "\"burst\";q=5000;w=1"
+            );
+            assert_eq!(
+                value(&other_quota, "ratelimit-policy"),
+                "\"burst\";q=6000;w=1"
+            );
+            assert_eq!(
+                value(&other_window, "ratelimit-policy"),
+                "\"burst\";q=5000;w=2"
+            );
+            assert_eq!(value(&other_name, "ratelimit-policy"), "\"day\";q=5000;w=1");
+            assert_eq!(
+                value(&two, "ratelimit-policy"),
+                "\"burst\";q=5000;w=1, \"day\";q=9000;w=86400"
+            );
+            assert_eq!(value(&a, "ratelimit"), "\"burst\";r=4000;t=1");
+            assert_eq!(value(&a, "x-ratelimit-remaining"), "4000");
+            assert_eq!(value(&other_name, "ratelimit"), "\"day\";r=4000;t=1");
+            assert_eq!(value(&other_left, "ratelimit"), "\"burst\";r=3999;t=1");
+            assert_eq!(value(&other_left, "x-ratelimit-remaining"), "3999");
+            assert_eq!(value(&two, "ratelimit"), "\"burst\";r=4000;t=1");
+        }
+        assert_eq!(shown(&a), shown(&same_text));
     }
 
     #[test]

@@ -17,6 +17,9 @@ use crate::store::keys;
 /// The compiled limits of one request, in order: on the stack for a few.
 pub(crate) type Limits<'a> = smallvec::SmallVec<[&'a CompiledLimit; 4]>;
 
+/// A request's store items: on the stack for the usual few limits.
+pub(crate) type Items = smallvec::SmallVec<[Item; 2]>;
+
 /// A limit ready to be keyed.
 #[derive(Debug, Clone)]
 pub(crate) struct CompiledLimit {
@@ -147,7 +150,8 @@ fn key_codes(policy: &Policy, tags: &[String]) -> HashMap<CodeInput, String> {
 /// The whole policy, compiled.
 #[derive(Debug)]
 pub(crate) struct Compiled {
-    pub tiers: HashMap<String, CompiledTier>,
+    /// By name (ahash: looked up on every decision).
+    pub tiers: HashMap<String, CompiledTier, ahash::RandomState>,
     pub routes: Vec<CompiledRoute>,
     pub default_failure: FailurePolicy,
     pub prefix: String,
@@ -263,7 +267,7 @@ impl Compiled {
         route: Option<usize>,
         identity: &Identity,
         local: bool,
-    ) -> (Vec<Item>, Limits<'a>) {
+    ) -> (Items, Limits<'a>) {
         let route_limits = route.map_or(&[][..], |i| &tier.route_limits[i][..]);
         let route_tag = route.map_or(keys::ANY_ROUTE, |i| self.routes[i].tag.as_str());
         let part = (tier.split > 1).then(|| rand::random_range(0..tier.split));

@@ -18,7 +18,7 @@ use crate::telemetry::Outcome;
 /// A request's limits, keyed and ready for the store.
 pub(super) struct Prepared<'a> {
     pub(super) tier: &'a CompiledTier,
-    pub(super) items: Vec<Item>,
+    pub(super) items: super::compiled::Items,
     pub(super) limits: Limits<'a>,
     /// The requests cost: every `requests` limit's (the batch's cost).
     pub(super) cost: u64,

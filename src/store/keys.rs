@@ -137,6 +137,12 @@ impl IdentityKey {
         self.id == other.id
     }
 
+    /// Tells keys apart without showing the secret (0 for unkeyed): what a
+    /// cache of hashes is keyed on.
+    pub(crate) fn fingerprint(&self) -> u64 {
+        self.id
+    }
+
     /// The hex hash of an identity of `kind` (its hash class) with raw value
     /// `raw`: 24 hex digits, as [`hash_identity`] gives.
     pub fn hash_identity(&self, kind: &str, raw: &str) -> String {
@@ -287,17 +293,45 @@ fn codes_with_len(limits: Vec<(Option<&str>, &str, &str)>, len: usize) -> Vec<St
 /// Appends the dense form of a hash from [`hash_identity`]: its 96 bits in
 /// 16 base64url characters. Anything else is appended as it is.
 fn push_dense(out: &mut String, hex: &str) {
+    // By table and one append: this runs for every key of every decision.
+    const INVALID: u8 = 0xff;
+    const NIBBLE: [u8; 256] = {
+        let mut t = [INVALID; 256];
+        let mut i = 0;
+        while i < 10 {
+            t[b'0' as usize + i] = i as u8;
+            i += 1;
+        }
+        let mut i = 0;
+        while i < 6 {
+            t[b'a' as usize + i] = 10 + i as u8;
+            t[b'A' as usize + i] = 10 + i as u8;
+            i += 1;
+        }
+        t
+    };
     let digits = hex.as_bytes();
-    if digits.len() != HASH_HEX || !digits.iter().all(u8::is_ascii_hexdigit) {
+    if digits.len() != HASH_HEX {
         out.push_str(hex);
         return;
     }
-    let nibble = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
-    let mut bytes = [0u8; HASH_HEX / 2];
-    for (b, pair) in bytes.iter_mut().zip(digits.chunks(2)) {
-        *b = nibble(pair[0]) << 4 | nibble(pair[1]);
+    // The 96 bits, then 16 characters of 6 bits each.
+    let mut bits: u128 = 0;
+    let mut bad = 0u8;
+    for &c in digits {
+        let n = NIBBLE[usize::from(c)];
+        bad |= n;
+        bits = bits << 4 | u128::from(n & 0xf);
     }
-    push_base64url(out, &bytes);
+    if bad & 0xf0 != 0 {
+        out.push_str(hex);
+        return;
+    }
+    let mut dense = [0u8; HASH_HEX * 4 / 6];
+    for (i, c) in dense.iter_mut().enumerate() {
+        *c = BASE64URL[((bits >> (90 - 6 * i)) & 63) as usize];
+    }
+    out.push_str(std::str::from_utf8(&dense).unwrap_or_default());
 }
 
 /// Appends `identity_hash` (from [`hash_identity`]) as [`identity_key`]
@@ -465,6 +499,40 @@ mod tests {
         // sha256(b"key\0free_k"), first 24 hex digits: the fleet view and
         // the dashboard's hashed view keep showing the same hashes.
         assert_eq!(hash_identity("key", "free_k"), "fd56fce8f54dd12e9c5b25af");
+    }
+
+    #[test]
+    fn the_dense_form_is_the_hashs_bits_in_base64url() {
+        // The form of every key already in Redis: hex digits to bytes,
+        // then base64url of the bytes.
+        let reference = |hex: &str| {
+            let bytes: Vec<u8> = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                .collect();
+            let mut out = String::new();
+            push_base64url(&mut out, &bytes);
+            out
+        };
+        for raw in ["", "free_k", "a{b}:c", "\u{1F600}"] {
+            let h = hash_identity("key", raw);
+            let mut dense = String::new();
+            push_dense(&mut dense, &h);
+            assert_eq!(dense, reference(&h));
+            assert_eq!(dense.len(), 16);
+        }
+        let mut upper = String::new();
+        push_dense(&mut upper, "0123456789ABCDEFabcdef00");
+        assert_eq!(upper, reference("0123456789ABCDEFabcdef00"));
+        for odd in [
+            "0123456789abcdef0123456g",
+            "short",
+            "0123456789abcdef01234567ff",
+        ] {
+            let mut out = String::new();
+            push_dense(&mut out, odd);
+            assert_eq!(out, odd, "not a hash: appended as it is");
+        }
     }
 
     #[test]
