@@ -36,6 +36,7 @@ fn event(tier: &str, outcome: Outcome, identity: &str, shard: &str) -> Event {
         shard: Arc::from(shard),
         identity: identity.to_owned(),
         cost: 1,
+        units: Default::default(),
         redis_rtt: Some(Duration::from_micros(300)),
         fallback: match outcome {
             Outcome::FallbackAllowed => Some((FallbackReason::Timeout, FailurePolicy::Open)),

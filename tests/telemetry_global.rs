@@ -20,6 +20,7 @@ fn event(outcome: Outcome, identity: &str) -> Event {
         shard: Arc::from("127.0.0.1:6379"),
         identity: identity.to_owned(),
         cost: 1,
+        units: Default::default(),
         redis_rtt: Some(Duration::from_micros(80)),
         fallback: None,
     }
