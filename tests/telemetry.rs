@@ -18,6 +18,7 @@ fn settings(flush_ms: u64, top_keys: usize) -> TelemetrySettings {
         flush_interval: Duration::from_millis(flush_ms),
         top_keys,
         key_display: KeyDisplay::Masked,
+        limiter_name: None,
     }
 }
 

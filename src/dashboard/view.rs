@@ -42,6 +42,8 @@ pub struct DashboardPage {
     /// Keys this instance serves from leases, hottest first.
     leases: Vec<crate::lease::HotKey>,
     unit_keys: Vec<UnitKeyRow>,
+    /// The limiter's name, where several share a process.
+    limiter_name: Option<String>,
 }
 
 /// One of the identities charged the most of one unit.
@@ -177,6 +179,7 @@ impl DashboardPage {
             })
             .collect();
         Self {
+            limiter_name: policy.telemetry.limiter_name.clone(),
             unit_keys,
             fail_open_pct: format!("{:.2} %", stats.fail_open_rate * 100.0),
             block_pct: format!("{:.2} %", stats.block_rate * 100.0),

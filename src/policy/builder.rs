@@ -92,6 +92,13 @@ impl PolicyBuilder {
         self
     }
 
+    /// Names the limiter (see [`TelemetrySettings::limiter_name`]); the
+    /// name is checked by [`PolicyBuilder::build`].
+    pub fn limiter_name(mut self, name: impl Into<String>) -> Self {
+        self.telemetry.limiter_name = Some(name.into());
+        self
+    }
+
     /// Names this revision of the policy (`version = "..."` in a file).
     pub fn version(mut self, version: impl Into<String>) -> Self {
         self.version = Some(version.into());
@@ -172,6 +179,14 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
             return Err((
                 "version".into(),
                 "must be 1 to 64 printable ASCII characters (it becomes a metric label)".into(),
+            ));
+        }
+    }
+    if let Some(name) = &p.telemetry.limiter_name {
+        if !super::settings::valid_limiter_name(name) {
+            return Err((
+                "telemetry.limiter_name".into(),
+                "must be 1 to 64 characters of A-Z, a-z, 0-9, `_`, `.` and `-` (it becomes a metric label)".into(),
             ));
         }
     }

@@ -48,8 +48,8 @@ pub use server::{GRPC_SEND_BUFFER, ServerSettings};
 pub use settings::{
     AnonymousMode, BreakerSettings, DEFAULT_IPV6_PREFIX, DEFAULT_MAX_ENTRIES, DEFAULT_REDIS_URL,
     DashboardSettings, FailurePolicy, HashSecret, IdentitySettings, IpNet, KeyDisplay,
-    ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings, TlsFiles, UnknownTier,
-    UnmatchedKeys, canonical_net as settings_canonical_net, ip_in as settings_ip_in,
+    MAX_LIMITER_NAME, ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings, TlsFiles,
+    UnknownTier, UnmatchedKeys, canonical_net as settings_canonical_net, ip_in as settings_ip_in,
 };
 pub use tier::Tier;
 pub use version::PolicyVersion;
