@@ -38,6 +38,7 @@ pub(crate) use config::{
 // The store reads TLS files with it (feature `tls`).
 #[allow(unused_imports)]
 pub(crate) use config::read_named_file;
+pub(crate) use env::hash_secret_from;
 pub use env::{CONFIG_VAR, HASH_SECRET_VAR, REDIS_URL_VAR};
 pub use lease::{LeaseMode, LeaseSettings};
 pub use limit::{Limit, MAX_UNIT_LEN, REQUESTS, Scope, check_unit};
