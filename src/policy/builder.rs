@@ -313,7 +313,16 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
             ));
         }
     }
-    for required in [&p.identity.default_tier, &p.identity.anonymous_tier] {
+    // The anonymous tier is only ever asked for when anonymous callers are
+    // limited by IP, or unmatched keys count as the anonymous caller: a
+    // policy that rejects both needs none.
+    let anonymous_used = p.identity.anonymous == crate::policy::AnonymousMode::Ip
+        || p.identity.unmatched_keys == crate::policy::UnmatchedKeys::Anonymous;
+    let required_tiers = [
+        Some(&p.identity.default_tier),
+        anonymous_used.then_some(&p.identity.anonymous_tier),
+    ];
+    for required in required_tiers.into_iter().flatten() {
         if !p.tiers.is_empty() && !names.contains(required.as_str()) {
             let field = if required == &p.identity.default_tier {
                 "identity.default_tier"
