@@ -20,6 +20,9 @@ pub const MAX_SERIES: usize = 4096;
 
 use super::series::Series;
 
+/// Units series key: tier, unit.
+pub(crate) type UnitSeries = (Arc<str>, Arc<str>);
+
 /// The aggregate of one flush interval.
 #[derive(Debug)]
 pub(crate) struct Batch {
@@ -35,7 +38,7 @@ pub(crate) struct Batch {
     /// Events counted in `counters`.
     pub events: u64,
     /// Units charged per (tier, unit), at most [`MAX_SERIES`].
-    pub units: Vec<((Arc<str>, Arc<str>), u64)>,
+    pub units: Vec<(UnitSeries, u64)>,
     /// Per unit (at most [`MAX_UNITS`]), the identities charged the most:
     /// members `tier|identity`.
     pub unit_top: Vec<(Arc<str>, TopK)>,
