@@ -18,6 +18,7 @@ fn settings(flush_ms: u64, top_keys: usize) -> TelemetrySettings {
         flush_interval: Duration::from_millis(flush_ms),
         top_keys,
         key_display: KeyDisplay::Masked,
+        limiter_name: None,
     }
 }
 
@@ -36,6 +37,7 @@ fn event(tier: &str, outcome: Outcome, identity: &str, shard: &str) -> Event {
         shard: Arc::from(shard),
         identity: identity.to_owned(),
         cost: 1,
+        units: Default::default(),
         redis_rtt: Some(Duration::from_micros(300)),
         fallback: match outcome {
             Outcome::FallbackAllowed => Some((FallbackReason::Timeout, FailurePolicy::Open)),

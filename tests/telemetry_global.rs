@@ -20,6 +20,7 @@ fn event(outcome: Outcome, identity: &str) -> Event {
         shard: Arc::from("127.0.0.1:6379"),
         identity: identity.to_owned(),
         cost: 1,
+        units: Default::default(),
         redis_rtt: Some(Duration::from_micros(80)),
         fallback: None,
     }
@@ -96,6 +97,7 @@ async fn with_redis_down_events_are_kept_bounded_and_written_once_it_is_back_and
         flush_interval: Duration::from_millis(50),
         top_keys: 10,
         key_display: KeyDisplay::Masked,
+        limiter_name: None,
     };
     let target = RedisTarget::node(redis.url(), "rw").with_timeout(Duration::from_millis(200));
     let t = Telemetry::redis(&settings, target);

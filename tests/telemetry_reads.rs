@@ -16,6 +16,7 @@ async fn a_dashboard_read_asks_each_bucket_for_its_top_entries_only() {
         flush_interval: Duration::from_millis(100),
         top_keys,
         key_display: KeyDisplay::Masked,
+        limiter_name: None,
     };
     let target = RedisTarget::node(redis.url(), "rw");
     // An attacker's many blocked identities, as a fleet of instances with

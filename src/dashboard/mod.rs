@@ -113,6 +113,7 @@ async fn with_trend(
     let fleet = limiter.telemetry().fleet();
     let from = now.saturating_sub(secs);
     let mut stats = fleet.query(from, now).await?;
+    stats.slots_held = crate::telemetry::inflight::slots_held(&limiter.policy());
     if from > 0 {
         if let Ok(before) = fleet.query(from.saturating_sub(secs), from - 1).await {
             if before.source.kind == stats.source.kind {

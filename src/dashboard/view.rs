@@ -41,6 +41,15 @@ pub struct DashboardPage {
     policy_error: Option<String>,
     /// Keys this instance serves from leases, hottest first.
     leases: Vec<crate::lease::HotKey>,
+    unit_keys: Vec<UnitKeyRow>,
+    /// The limiter's name, where several share a process.
+    limiter_name: Option<String>,
+}
+
+/// One of the identities charged the most of one unit.
+struct UnitKeyRow {
+    unit: String,
+    key: crate::telemetry::UnitKey,
 }
 
 struct RangeLink {
@@ -53,6 +62,8 @@ struct TierRow {
     prefix: Option<String>,
     limits: Vec<String>,
     counts: Vec<u64>,
+    /// Units charged over the range, `1234 tokens` each.
+    units: String,
 }
 
 struct ShardRow {
@@ -96,6 +107,7 @@ impl DashboardPage {
                 prefix: t.match_prefix.clone(),
                 limits: t.limits.iter().map(describe_limit).collect(),
                 counts: counts_of(stats.totals.get(&t.name)),
+                units: units_of(stats.units.get(&t.name)),
             })
             .collect();
         let routes = stats
@@ -154,7 +166,21 @@ impl DashboardPage {
             .fleet_unavailable
             .as_ref()
             .map(|u| (clock_of(u.since), u.reason.clone()));
+        let unit_keys = stats
+            .top_units
+            .iter()
+            // Requests rank as the hot keys do, shown beside.
+            .filter(|(unit, _)| unit.as_str() != crate::policy::REQUESTS)
+            .flat_map(|(unit, keys)| {
+                keys.iter().map(|k| UnitKeyRow {
+                    unit: unit.clone(),
+                    key: k.clone(),
+                })
+            })
+            .collect();
         Self {
+            limiter_name: policy.telemetry.limiter_name.clone(),
+            unit_keys,
             fail_open_pct: format!("{:.2} %", stats.fail_open_rate * 100.0),
             block_pct: format!("{:.2} %", stats.block_rate * 100.0),
             block_trend: trend(
@@ -232,6 +258,16 @@ impl DashboardPage {
             "muted"
         }
     }
+}
+
+/// `1234 tokens, 10 requests`: what a tier was charged, per unit.
+fn units_of(per: Option<&BTreeMap<String, u64>>) -> String {
+    per.map_or_else(String::new, |m| {
+        m.iter()
+            .map(|(unit, n)| format!("{n} {unit}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    })
 }
 
 fn millis(seconds: f64) -> String {

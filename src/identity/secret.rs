@@ -1,7 +1,8 @@
 //! The deployment's identity hash key, chosen once when a limiter starts.
 //!
-//! - `[identity] hash_secret`, `hash_secret_file` or the
-//!   `RATEWATCH_HASH_SECRET` environment variable: HMAC-SHA256 with it.
+//! - The `RATEWATCH_HASH_SECRET` environment variable, else `[identity]
+//!   hash_secret` or `hash_secret_file`: HMAC-SHA256 with it, however the
+//!   policy was built (a file, [`Policy::with_env`](crate::policy::Policy::with_env) or code).
 //!   Every instance sharing a store must be given the same secret.
 //! - No secret, memory store: a random secret for this process. Counters
 //!   live in the process, so nothing else needs to agree with it.
@@ -25,6 +26,11 @@ pub(crate) fn deployment_key(
     settings: &IdentitySettings,
     store: &str,
 ) -> Result<IdentityKey, ConfigError> {
+    // The environment first, as `serve` reads it: a policy built in code
+    // or read with `Limiter::builder_from_file` follows it too.
+    if let Some(secret) = crate::policy::hash_secret_from(|name| std::env::var(name).ok())? {
+        return Ok(IdentityKey::new(secret.expose()));
+    }
     if let Some(secret) = &settings.hash_secret {
         return Ok(IdentityKey::new(secret.expose()));
     }

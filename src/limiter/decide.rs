@@ -78,8 +78,8 @@ impl Limiter {
             return self.over_quota(live, &p, identity).await;
         }
         let decision = self.decide_prepared(live, &p, identity).await;
-        self.count_cost(live, &p, &decision, cost.is_some());
-        self.recorded(live, &p, decision, identity)
+        let units = self.count_cost(live, &p, &decision, cost.is_some());
+        self.recorded(live, &p, decision, identity, units)
     }
 
     /// The decision of a prepared request: from a lease where the store
@@ -159,8 +159,8 @@ impl Limiter {
         let (decision, _) = self.answered(
             live, p.tier, route, identity, &batch, p.failure, &p.limits, answer, false,
         );
-        self.count_cost(live, &p, &decision, cost.is_some());
-        Some(self.recorded(live, &p, decision, identity))
+        let units = self.count_cost(live, &p, &decision, cost.is_some());
+        Some(self.recorded(live, &p, decision, identity, units))
     }
 
     /// The tier and keyed limits of a request, each asked for the
@@ -368,9 +368,10 @@ impl Limiter {
         p: &Prepared<'_>,
         decision: Decision,
         identity: &Identity,
+        units: crate::telemetry::UnitsCharged,
     ) -> Decision {
         if !p.peek {
-            self.record(live, &decision, p.route, identity, p.cost);
+            self.record(live, &decision, p.route, identity, p.cost, units);
         }
         decision
     }

@@ -411,6 +411,7 @@ impl Limiter {
                 shard: d.source.shard().clone(),
                 identity,
                 cost: group.cost,
+                units: Default::default(),
                 redis_rtt: d.store_rtt,
                 fallback,
             });

@@ -213,7 +213,7 @@ impl LimiterBuilder {
         };
         let max_entries = policy.store.max_entries;
         let live = Live::new(policy, &plugins);
-        reload::started(&live.version);
+        reload::started(&live.version, live.policy.telemetry.limiter_name.as_deref());
         telemetry.set_policy_version(&live.version);
         let limiter = Limiter {
             inner: Arc::new(Inner {

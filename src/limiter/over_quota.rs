@@ -42,7 +42,13 @@ impl Limiter {
                 live, p.tier, p.route, identity, &batch, p.failure, &p.limits, false,
             )
             .await;
-        self.recorded(live, p, refused(d, &p.items, p.cost), identity)
+        self.recorded(
+            live,
+            p,
+            refused(d, &p.items, p.cost),
+            identity,
+            Default::default(),
+        )
     }
 
     /// [`Limiter::over_quota`] without waiting, where the store decides in
@@ -58,7 +64,13 @@ impl Limiter {
         let (d, _) = self.answered(
             live, p.tier, p.route, identity, &batch, p.failure, &p.limits, answer, false,
         );
-        Some(self.recorded(live, p, refused(d, &p.items, p.cost), identity))
+        Some(self.recorded(
+            live,
+            p,
+            refused(d, &p.items, p.cost),
+            identity,
+            Default::default(),
+        ))
     }
 }
 

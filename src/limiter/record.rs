@@ -62,6 +62,7 @@ impl Limiter {
         route: Option<usize>,
         identity: &Identity,
         cost: u64,
+        units: crate::telemetry::UnitsCharged,
     ) {
         let c = &live.compiled;
         // A fallback that counted nothing exceeded nothing.
@@ -91,6 +92,7 @@ impl Limiter {
                 String::new()
             },
             cost,
+            units,
             redis_rtt: d.store_rtt,
             fallback,
         };

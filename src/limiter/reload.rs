@@ -177,9 +177,9 @@ impl ReloadState {
 
 /// Sets the policy metrics of a limiter that just started with `version`:
 /// both reload results at zero, the info series at 1.
-pub(crate) fn started(version: &PolicyVersion) {
+pub(crate) fn started(version: &PolicyVersion, limiter: Option<&str>) {
     metrics::describe_policy();
-    metrics::init_policy_metrics(&version.version, &version.hash);
+    metrics::init_policy_metrics(&version.version, &version.hash, limiter);
 }
 
 impl LimiterBuilder {
@@ -311,6 +311,7 @@ impl Limiter {
     fn apply(&self, policy: Policy) -> ReloadOutcome {
         let mut status = self.inner.reload.status.lock();
         let current = self.inner.live.load_full();
+        let named = current.policy.telemetry.limiter_name.as_deref();
         let (policy, restart_required) = keep_restart_settings(&current.policy, policy);
         if !restart_required.is_empty() {
             tracing::warn!(
@@ -332,7 +333,11 @@ impl Limiter {
             metrics::register_at_zero(&live.policy);
             let old = &current.version;
             let new = live.version.clone();
-            metrics::record_policy_info(Some((&old.version, &old.hash)), (&new.version, &new.hash));
+            metrics::record_policy_info(
+                Some((&old.version, &old.hash)),
+                (&new.version, &new.hash),
+                named,
+            );
             self.inner.telemetry.set_policy_version(&new);
             self.inner.live.store(Arc::new(live));
             tracing::info!(from = %old, to = %new, "policy reloaded");
@@ -349,8 +354,8 @@ impl Limiter {
         });
         status.reloads_ok += 1;
         status.restart_required = restart_required.clone();
-        metrics::record_config_reload(true);
-        metrics::record_restart_required(restart_required.len());
+        metrics::record_config_reload(true, named);
+        metrics::record_restart_required(restart_required.len(), named);
         ReloadOutcome {
             changed,
             version: self.inner.live.load().version.clone(),
@@ -367,7 +372,8 @@ impl Limiter {
             error: Some(error.to_string()),
         });
         status.reloads_failed += 1;
-        metrics::record_config_reload(false);
+        let running = self.inner.live.load();
+        metrics::record_config_reload(false, running.policy.telemetry.limiter_name.as_deref());
         ReloadError::Config(error)
     }
 }

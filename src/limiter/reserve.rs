@@ -36,6 +36,7 @@ use crate::clock::Micros;
 use crate::identity::Identity;
 use crate::policy::REQUESTS;
 use crate::store::Item;
+use crate::telemetry::UnitsCharged;
 
 /// What an admitted request's decision charged, kept to settle the request
 /// once its real usage is known: [`Reservation::settle_costs`] charges, per
@@ -191,9 +192,9 @@ impl Limiter {
             return (self.over_quota(live, &p, identity).await, None);
         }
         let decision = self.decide_prepared(live, &p, identity).await;
-        let decision = self.recorded(live, &p, decision, identity);
+        let units = self.count_cost(live, &p, &decision, cost.is_some());
+        let decision = self.recorded(live, &p, decision, identity, units);
         let reservation = self.reservation(live, &p, &decision);
-        self.count_cost(live, &p, &decision, cost.is_some());
         (decision, reservation)
     }
 
@@ -205,9 +206,10 @@ impl Limiter {
         p: &Prepared<'_>,
         decision: &Decision,
         explicit: bool,
-    ) {
+    ) -> UnitsCharged {
+        let mut charged = UnitsCharged::new();
         if p.peek || !decision.allowed || !decision.state_known() {
-            return;
+            return charged;
         }
         if explicit && p.cost > 0 {
             let route = route_label(live, p.route);
@@ -215,21 +217,21 @@ impl Limiter {
         }
         // Per unit where units are in play: the one-unit path counts nothing more.
         if !(explicit || p.per_unit) {
-            return;
+            return charged;
         }
-        let mut seen: smallvec::SmallVec<[&str; 4]> = smallvec::SmallVec::new();
         for ((item, limit), report) in p.items.iter().zip(&p.limits).zip(&decision.limits) {
             let units = item.cost.unwrap_or(p.cost);
             if item.algorithm.is_concurrency()
                 || !report.allowed
                 || units == 0
-                || seen.contains(&limit.unit.as_ref())
+                || charged.get(&limit.unit).is_some()
             {
                 continue;
             }
-            seen.push(&limit.unit);
             crate::telemetry::cost::units_charged(&decision.tier, &limit.unit, units);
+            charged.add(limit.unit.clone(), units);
         }
+        charged
     }
 
     /// The reservation of an admitted, counted decision.

@@ -92,6 +92,13 @@ impl PolicyBuilder {
         self
     }
 
+    /// Names the limiter (see [`TelemetrySettings::limiter_name`]); the
+    /// name is checked by [`PolicyBuilder::build`].
+    pub fn limiter_name(mut self, name: impl Into<String>) -> Self {
+        self.telemetry.limiter_name = Some(name.into());
+        self
+    }
+
     /// Names this revision of the policy (`version = "..."` in a file).
     pub fn version(mut self, version: impl Into<String>) -> Self {
         self.version = Some(version.into());
@@ -172,6 +179,14 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
             return Err((
                 "version".into(),
                 "must be 1 to 64 printable ASCII characters (it becomes a metric label)".into(),
+            ));
+        }
+    }
+    if let Some(name) = &p.telemetry.limiter_name {
+        if !super::settings::valid_limiter_name(name) {
+            return Err((
+                "telemetry.limiter_name".into(),
+                "must be 1 to 64 characters of A-Z, a-z, 0-9, `_`, `.` and `-` (it becomes a metric label)".into(),
             ));
         }
     }
@@ -298,7 +313,16 @@ pub(crate) fn validate(p: &Policy) -> Result<(), (String, String)> {
             ));
         }
     }
-    for required in [&p.identity.default_tier, &p.identity.anonymous_tier] {
+    // The anonymous tier is only ever asked for when anonymous callers are
+    // limited by IP, or unmatched keys count as the anonymous caller: a
+    // policy that rejects both needs none.
+    let anonymous_used = p.identity.anonymous == crate::policy::AnonymousMode::Ip
+        || p.identity.unmatched_keys == crate::policy::UnmatchedKeys::Anonymous;
+    let required_tiers = [
+        Some(&p.identity.default_tier),
+        anonymous_used.then_some(&p.identity.anonymous_tier),
+    ];
+    for required in required_tiers.into_iter().flatten() {
         if !p.tiers.is_empty() && !names.contains(required.as_str()) {
             let field = if required == &p.identity.default_tier {
                 "identity.default_tier"

@@ -59,16 +59,7 @@ impl Policy {
         mut self,
         var: impl Fn(&str) -> Option<String>,
     ) -> Result<Policy, ConfigError> {
-        if let Some(value) = var(HASH_SECRET_VAR) {
-            let secret = HashSecret::new(&value).ok_or_else(|| {
-                env_error(
-                    HASH_SECRET_VAR,
-                    &format!(
-                        "must be at least {} bytes; generate one with `openssl rand -hex 32`",
-                        HashSecret::MIN_LEN
-                    ),
-                )
-            })?;
+        if let Some(secret) = hash_secret_from(&var)? {
             self.identity.hash_secret = Some(secret);
             self.identity.hash_secret_file = None;
         }
@@ -101,6 +92,27 @@ impl Policy {
         }
         Ok(self)
     }
+}
+
+/// The secret `RATEWATCH_HASH_SECRET` gives through `var`, if it is set:
+/// read by [`Policy::with_env`] (so `serve` and `check-config`) and by
+/// every limiter choosing its identity key, whatever built its policy.
+/// Set, it replaces the policy's `hash_secret` and `hash_secret_file`.
+pub(crate) fn hash_secret_from(
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<Option<HashSecret>, ConfigError> {
+    let Some(value) = var(HASH_SECRET_VAR) else {
+        return Ok(None);
+    };
+    HashSecret::new(&value).map(Some).ok_or_else(|| {
+        env_error(
+            HASH_SECRET_VAR,
+            &format!(
+                "must be at least {} bytes; generate one with `openssl rand -hex 32`",
+                HashSecret::MIN_LEN
+            ),
+        )
+    })
 }
 
 /// A configuration error naming the environment variable `var`.

@@ -38,6 +38,7 @@ pub(crate) use config::{
 // The store reads TLS files with it (feature `tls`).
 #[allow(unused_imports)]
 pub(crate) use config::read_named_file;
+pub(crate) use env::hash_secret_from;
 pub use env::{CONFIG_VAR, HASH_SECRET_VAR, REDIS_URL_VAR};
 pub use lease::{LeaseMode, LeaseSettings};
 pub use limit::{Limit, MAX_UNIT_LEN, REQUESTS, Scope, check_unit};
@@ -48,8 +49,8 @@ pub use server::{GRPC_SEND_BUFFER, ServerSettings};
 pub use settings::{
     AnonymousMode, BreakerSettings, DEFAULT_IPV6_PREFIX, DEFAULT_MAX_ENTRIES, DEFAULT_REDIS_URL,
     DashboardSettings, FailurePolicy, HashSecret, IdentitySettings, IpNet, KeyDisplay,
-    ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings, TlsFiles, UnknownTier,
-    UnmatchedKeys, canonical_net as settings_canonical_net, ip_in as settings_ip_in,
+    MAX_LIMITER_NAME, ResilienceSettings, StoreKind, StoreSettings, TelemetrySettings, TlsFiles,
+    UnknownTier, UnmatchedKeys, canonical_net as settings_canonical_net, ip_in as settings_ip_in,
 };
 pub use tier::Tier;
 pub use version::PolicyVersion;

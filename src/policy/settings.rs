@@ -367,6 +367,22 @@ pub struct TelemetrySettings {
     pub top_keys: usize,
     /// How identities are shown.
     pub key_display: KeyDisplay,
+    /// This limiter's name where several share a process (`edge`,
+    /// `internal`): a `limiter` label on its live-policy series (reload
+    /// status, policy info) and in its dashboard's title. Unnamed, those
+    /// series keep their labels. 1 to 64 characters of `A-Za-z0-9_.-`.
+    pub limiter_name: Option<String>,
+}
+
+/// Longest [`TelemetrySettings::limiter_name`], in characters.
+pub const MAX_LIMITER_NAME: usize = 64;
+
+/// Whether `name` is a valid [`TelemetrySettings::limiter_name`].
+pub(crate) fn valid_limiter_name(name: &str) -> bool {
+    (1..=MAX_LIMITER_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
 impl Default for TelemetrySettings {
@@ -375,6 +391,7 @@ impl Default for TelemetrySettings {
             flush_interval: Duration::from_millis(1000),
             top_keys: 100,
             key_display: KeyDisplay::Masked,
+            limiter_name: None,
         }
     }
 }

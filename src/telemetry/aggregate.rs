@@ -20,6 +20,9 @@ pub const MAX_SERIES: usize = 4096;
 
 use super::series::Series;
 
+/// Units series key: tier, unit.
+pub(crate) type UnitSeries = (Arc<str>, Arc<str>);
+
 /// The aggregate of one flush interval.
 #[derive(Debug)]
 pub(crate) struct Batch {
@@ -34,6 +37,12 @@ pub(crate) struct Batch {
     pub overflow: u64,
     /// Events counted in `counters`.
     pub events: u64,
+    /// Units charged per (tier, unit), at most [`MAX_SERIES`].
+    pub units: Vec<(UnitSeries, u64)>,
+    /// Per unit (at most [`MAX_UNITS`]), the identities charged the most:
+    /// members `tier|identity`.
+    pub unit_top: Vec<(Arc<str>, TopK)>,
+    top_keys: usize,
     /// Reused to build top-K members without an allocation per event.
     scratch: String,
     /// The latest run of decisions of one hot-key member, not yet in
@@ -71,6 +80,9 @@ impl Batch {
             rtt: AHashMap::new(),
             overflow: 0,
             events: 0,
+            units: Vec::new(),
+            unit_top: Vec::new(),
+            top_keys,
             scratch: String::new(),
             run: Run::default(),
         }
@@ -105,6 +117,9 @@ impl Batch {
             self.run.identity.push_str(&e.identity);
             self.run.count = 1;
         }
+        for (unit, n) in e.units.iter() {
+            self.add_units(&e.tier, unit, &e.identity, n);
+        }
         if let Some(rtt) = e.redis_rtt {
             let secs = rtt.as_secs_f64();
             let slot = RTT_BUCKETS
@@ -121,6 +136,57 @@ impl Batch {
         }
     }
 }
+
+impl Batch {
+    /// Counts `n` units of `unit` charged to `identity` under `tier`.
+    /// Labels are found by address first (the policy's strings come with
+    /// every event), by content otherwise; nothing is allocated unless a
+    /// series or an identity is new.
+    pub fn add_units(&mut self, tier: &Arc<str>, unit: &Arc<str>, identity: &str, n: u64) {
+        self.add_unit_total(tier, unit, n);
+        let mut member = std::mem::take(&mut self.scratch);
+        write_member(&mut member, &[tier, identity]);
+        self.add_unit_member(unit, &member, n);
+        self.scratch = member;
+    }
+
+    /// Adds `n` to `unit` under `tier`, if there is room for the series.
+    pub fn add_unit_total(&mut self, tier: &Arc<str>, unit: &Arc<str>, n: u64) {
+        if let Some((_, m)) = self
+            .units
+            .iter_mut()
+            .find(|((t, u), _)| same(t, tier) && same(u, unit))
+        {
+            *m = m.saturating_add(n);
+        } else if self.units.len() < MAX_SERIES {
+            self.units.push(((tier.clone(), unit.clone()), n));
+        }
+    }
+
+    /// Adds `n` to `member` (`tier|identity`) of `unit`'s top keys, if
+    /// there is room for the unit.
+    pub fn add_unit_member(&mut self, unit: &Arc<str>, member: &str, n: u64) {
+        let top = match self.unit_top.iter().position(|(u, _)| same(u, unit)) {
+            Some(i) => &mut self.unit_top[i].1,
+            None if self.unit_top.len() < MAX_UNITS => {
+                self.unit_top.push((unit.clone(), TopK::new(self.top_keys)));
+                &mut self.unit_top.last_mut().expect("just pushed").1
+            }
+            None => return,
+        };
+        top.add(member, n);
+    }
+}
+
+/// The same string, by address first.
+fn same(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || a == b
+}
+
+/// Most units the fleet view keeps identities for, per bucket. Units come
+/// from the policy; a policy naming more keeps its totals per tier, and
+/// its top keys for the first units seen.
+pub const MAX_UNITS: usize = 16;
 
 /// Breaker trips not yet flushed, for the whole process (breakers report
 /// through a free function, without a pipeline at hand).
@@ -280,6 +346,11 @@ pub(crate) struct Flat {
     /// Flushing instance -> when it flushed (Unix seconds); merged by
     /// maximum, never summed.
     pub reported: Vec<(String, u64)>,
+    /// `tier|unit` -> units admitted decisions were charged.
+    pub units: Vec<(String, u64)>,
+    /// `unit|tier|identity` -> units charged, at most the table's keep per
+    /// unit (see [`keep_top_per_unit`]).
+    pub unit_keys: Vec<(String, u64)>,
     /// Events the batch holds.
     pub events: u64,
 }
@@ -306,7 +377,20 @@ impl Flat {
                 }
             }
         }
+        let units = b
+            .units
+            .drain(..)
+            .map(|((tier, unit), n)| (unit_field(&tier, &unit), n))
+            .collect();
+        let mut unit_keys = Vec::new();
+        for (unit, mut top) in b.unit_top.drain(..) {
+            for (member, n) in top.take() {
+                unit_keys.push((format!("{unit}|{member}"), n));
+            }
+        }
         Self {
+            units,
+            unit_keys,
             counters,
             top: b.top.take(),
             hot: b.hot.take(),
@@ -339,6 +423,46 @@ pub(crate) fn counter_field(tier: &str, outcome: &str, shard: &str, route: &str)
 }
 
 /// Splits a counter field into tier, outcome, shard, route.
+/// The fleet view's field of `unit` charged under `tier`.
+pub(crate) fn unit_field(tier: &str, unit: &str) -> String {
+    format!("{tier}|{unit}")
+}
+
+/// `(tier, unit)` of a [`unit_field`]; unit names hold no `|`.
+pub(crate) fn parse_unit_field(f: &str) -> Option<(&str, &str)> {
+    f.rsplit_once('|')
+}
+
+/// `(unit, tier, identity)` of a `unit_keys` member.
+pub(crate) fn parse_unit_member(m: &str) -> Option<(&str, &str, &str)> {
+    let mut it = m.splitn(3, '|');
+    Some((it.next()?, it.next()?, it.next()?))
+}
+
+/// Keeps, for each unit of `table` (members `unit|...`), its `keep`
+/// highest members, as a per-unit zset trimmed to `keep` would.
+pub(crate) fn keep_top_per_unit(table: &mut Vec<(String, u64)>, keep: usize) {
+    table.sort_by(|x, y| {
+        let ux = x.0.split('|').next();
+        let uy = y.0.split('|').next();
+        ux.cmp(&uy).then(y.1.cmp(&x.1)).then_with(|| x.0.cmp(&y.0))
+    });
+    let mut run: Option<(String, usize)> = None;
+    table.retain(|(m, _)| {
+        let unit = m.split('|').next().unwrap_or_default();
+        match &mut run {
+            Some((u, n)) if u == unit => {
+                *n += 1;
+                *n <= keep
+            }
+            _ => {
+                run = Some((unit.to_owned(), 1));
+                true
+            }
+        }
+    });
+}
+
 pub(crate) fn parse_counter_field(f: &str) -> Option<(&str, &str, &str, &str)> {
     let mut it = f.splitn(4, '|');
     Some((it.next()?, it.next()?, it.next()?, it.next()?))
@@ -381,6 +505,7 @@ mod tests {
             shard: Arc::clone(&memory),
             identity: identity.into(),
             cost: 1,
+            units: Default::default(),
             redis_rtt: None,
             fallback: None,
         };
@@ -403,6 +528,64 @@ mod tests {
                 ("free|memory|a".to_owned(), 9),
                 ("free|memory|b".to_owned(), 3),
                 ("pro|memory|a".to_owned(), 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn units_sum_per_tier_and_each_unit_keeps_its_own_top_keys() {
+        let (free, memory) = (Arc::from("free"), Arc::from("memory"));
+        let event = |identity: &str, units: crate::telemetry::UnitsCharged| Event {
+            tier: Arc::clone(&free),
+            route: Arc::from("*"),
+            limit: None,
+            exceeded: Vec::new(),
+            outcome: Outcome::Allowed,
+            shard: Arc::clone(&memory),
+            identity: identity.into(),
+            cost: 1,
+            units,
+            redis_rtt: None,
+            fallback: None,
+        };
+        let charged = |tokens, requests| {
+            crate::telemetry::UnitsCharged::new()
+                .with("tokens", tokens)
+                .with("requests", requests)
+        };
+        let mut b = Batch::new(1);
+        b.add(&event("a", charged(1000, 1)));
+        b.add(&event("b", charged(10, 1)));
+        b.add(&event("b", charged(10, 1)));
+        b.add(&event("c", Default::default()));
+        let mut flat = Flat::from_batch(b, Vec::new(), Vec::new());
+        flat.units.sort();
+        assert_eq!(
+            flat.units,
+            vec![
+                ("free|requests".to_owned(), 3),
+                ("free|tokens".to_owned(), 1020)
+            ]
+        );
+        // One key kept per unit: a's tokens do not crowd b's requests out.
+        let mut keys = flat.unit_keys.clone();
+        keys.sort();
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        assert!(keys[0].0.starts_with("requests|free|"), "{keys:?}");
+        assert!(keys[1].0.starts_with("tokens|free|"), "{keys:?}");
+        let mut table = vec![
+            ("tokens|free|a".to_owned(), 5),
+            ("tokens|free|b".to_owned(), 9),
+            ("requests|free|a".to_owned(), 1),
+            ("requests|free|b".to_owned(), 2),
+        ];
+        keep_top_per_unit(&mut table, 1);
+        table.sort();
+        assert_eq!(
+            table,
+            vec![
+                ("requests|free|b".to_owned(), 2),
+                ("tokens|free|b".to_owned(), 9)
             ]
         );
     }

@@ -93,8 +93,58 @@ pub struct Event {
     pub identity: String,
     /// Units the request cost.
     pub cost: u64,
+    /// What an admitted decision charged, per unit, where units are in
+    /// play (the same amounts as `ratewatch_units_charged_total`): empty
+    /// for requests-only decisions and for decisions that charged nothing.
+    pub units: UnitsCharged,
     /// Round trip to Redis, when Redis was asked.
     pub redis_rtt: Option<Duration>,
     /// Why the failure policy answered, for fallback outcomes.
     pub fallback: Option<(FallbackReason, crate::policy::FailurePolicy)>,
+}
+
+/// Most units one event carries inline: more spill to the heap.
+const INLINE_UNITS: usize = 3;
+
+/// The units one decision charged, per unit name. Unit names come from
+/// the policy, never from a request, so the fleet view's unit tables stay
+/// bounded. Up to three units are held inline: building it on the hot
+/// path allocates nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnitsCharged(smallvec::SmallVec<[(Arc<str>, u64); INLINE_UNITS]>);
+
+impl UnitsCharged {
+    /// Nothing charged.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `n` of `unit` (summed with what `unit` already has).
+    pub fn add(&mut self, unit: Arc<str>, n: u64) {
+        match self.0.iter_mut().find(|(u, _)| *u == unit) {
+            Some((_, m)) => *m = m.saturating_add(n),
+            None => self.0.push((unit, n)),
+        }
+    }
+
+    /// `self` with `n` of `unit` added.
+    pub fn with(mut self, unit: &str, n: u64) -> Self {
+        self.add(Arc::from(unit), n);
+        self
+    }
+
+    /// What was charged of `unit`, if anything.
+    pub fn get(&self, unit: &str) -> Option<u64> {
+        self.0.iter().find(|(u, _)| &**u == unit).map(|(_, n)| *n)
+    }
+
+    /// Each unit and what it was charged, in the order they were added.
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, u64)> {
+        self.0.iter().map(|(u, n)| (u, *n))
+    }
+
+    /// Whether nothing was charged.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }

@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::Outcome;
 use super::aggregate::{
     BREAKER_STATES, Flat, parse_blocked_member, parse_breaker_field, parse_counter_field,
-    parse_hot_member, parse_rtt_field, split_display_name,
+    parse_hot_member, parse_rtt_field, parse_unit_field, parse_unit_member, split_display_name,
 };
 use super::metrics::RTT_BUCKETS;
 
@@ -107,6 +107,21 @@ pub struct HotKey {
     /// Decisions (space-saving count: never below the true count).
     pub decisions: u64,
     /// Its share of all decisions in the range, 0 to 1.
+    pub share: f64,
+}
+
+/// An identity among those charged the most of one unit (tokens, bytes).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UnitKey {
+    /// Display form (masked, hashed or raw per policy).
+    pub identity: String,
+    /// The caller's display name, if it named one.
+    pub name: Option<String>,
+    /// The tier it was charged under.
+    pub tier: String,
+    /// Units charged over the range (admitted decisions only).
+    pub units: u64,
+    /// Its share of the unit's total over the range (0..=1).
     pub share: f64,
 }
 
@@ -240,6 +255,16 @@ pub struct FleetStats {
     pub blocked_by_cause: BTreeMap<String, u64>,
     /// Identities with the most decisions, highest first.
     pub hot_keys: Vec<HotKey>,
+    /// Units admitted decisions were charged, per tier then unit (the
+    /// fleet's `ratewatch_units_charged_total` over the range).
+    pub units: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Per unit, the identities charged the most, highest first.
+    pub top_units: BTreeMap<String, Vec<UnitKey>>,
+    /// In-flight slots held now per tier and in-flight limit, by the
+    /// process answering (the fleet's sum is the
+    /// `ratewatch_inflight_slots` gauge summed over instances). Filled by
+    /// the dashboard; empty from [`FleetReader::query`](super::FleetReader::query).
+    pub slots_held: Vec<super::inflight::SlotsHeld>,
     /// The shard with the most decisions, if any decided.
     pub hot_shard: Option<HotShard>,
     /// Per shard: decisions in each bucket of `bucket_starts`.
@@ -347,6 +372,7 @@ pub(crate) fn merge(
     let index: AHashMap<u64, usize> = starts.iter().enumerate().map(|(i, t)| (*t, i)).collect();
     let mut top: AHashMap<&str, u64> = AHashMap::new();
     let mut hot: AHashMap<&str, u64> = AHashMap::new();
+    let mut unit_keys: AHashMap<&str, u64> = AHashMap::new();
     let mut rtt: BTreeMap<String, [u64; RTT_BUCKETS.len() + 1]> = BTreeMap::new();
     let mut rtt_per_bucket: BTreeMap<String, Vec<[u64; RTT_BUCKETS.len() + 1]>> = BTreeMap::new();
     let mut per_bucket = vec![(0u64, 0u64); starts.len()];
@@ -393,6 +419,18 @@ pub(crate) fn merge(
         }
         for (id, n) in &b.top {
             *top.entry(id.as_str()).or_insert(0) += n;
+        }
+        for (field, n) in &b.units {
+            if let Some((tier, unit)) = parse_unit_field(field) {
+                *s.units
+                    .entry(tier.to_owned())
+                    .or_default()
+                    .entry(unit.to_owned())
+                    .or_insert(0) += n;
+            }
+        }
+        for (member, n) in &b.unit_keys {
+            *unit_keys.entry(member.as_str()).or_insert(0) += n;
         }
         for (id, n) in &b.hot {
             *hot.entry(id.as_str()).or_insert(0) += n;
@@ -511,6 +549,43 @@ pub(crate) fn merge(
     });
     hot.truncate(top_n);
     s.hot_keys = hot;
+    let mut unit_totals: BTreeMap<&str, u64> = BTreeMap::new();
+    for per in s.units.values() {
+        for (unit, n) in per {
+            *unit_totals.entry(unit.as_str()).or_insert(0) += n;
+        }
+    }
+    for (member, units) in unit_keys {
+        let Some((unit, tier, identity)) = parse_unit_member(member) else {
+            continue;
+        };
+        let (identity, name) = split_display_name(identity);
+        let total = unit_totals
+            .get(unit)
+            .copied()
+            .unwrap_or(0)
+            .max(units)
+            .max(1);
+        s.top_units
+            .entry(unit.to_owned())
+            .or_default()
+            .push(UnitKey {
+                identity: identity.to_owned(),
+                name: name.map(str::to_owned),
+                tier: tier.to_owned(),
+                units,
+                share: units as f64 / total as f64,
+            });
+    }
+    for keys in s.top_units.values_mut() {
+        keys.sort_by(|a, b| {
+            b.units
+                .cmp(&a.units)
+                .then_with(|| a.identity.cmp(&b.identity))
+                .then_with(|| a.tier.cmp(&b.tier))
+        });
+        keys.truncate(top_n);
+    }
     s.hot_shard = s
         .by_shard
         .iter()
@@ -623,6 +698,44 @@ mod tests {
         assert_eq!(Resolution::for_range(now - 7200, now, now).secs, 60);
         let starts = RESOLUTIONS[0].starts(now - 25, now, now);
         assert_eq!(starts, vec![now - 30, now - 20, now - 10, now]);
+    }
+
+    #[test]
+    fn units_sum_per_tier_and_rank_keys_per_unit_apart_from_other_units() {
+        let b = |tokens, bytes| Flat {
+            units: vec![
+                ("free|tokens".into(), tokens),
+                ("pro|tokens".into(), 7),
+                ("free|bytes".into(), bytes),
+            ],
+            unit_keys: vec![
+                ("tokens|free|free_a…1111".into(), tokens),
+                ("tokens|pro|pro_b…2222".into(), 7),
+                ("bytes|free|free_a…1111".into(), bytes),
+            ],
+            ..Flat::default()
+        };
+        let s = merge(
+            0,
+            30,
+            RESOLUTIONS[0],
+            vec![0, 10, 20],
+            &[(0, b(5, 1)), (20, b(10, 2))],
+            10,
+        );
+        assert_eq!(s.units["free"]["tokens"], 15);
+        assert_eq!(s.units["pro"]["tokens"], 14);
+        assert_eq!(s.units["free"]["bytes"], 3);
+        let tokens: Vec<(&str, &str, u64)> = s.top_units["tokens"]
+            .iter()
+            .map(|k| (k.identity.as_str(), k.tier.as_str(), k.units))
+            .collect();
+        assert_eq!(
+            tokens,
+            vec![("free_a…1111", "free", 15), ("pro_b…2222", "pro", 14)]
+        );
+        assert!((s.top_units["tokens"][0].share - 15.0 / 29.0).abs() < 1e-9);
+        assert_eq!(s.top_units["bytes"].len(), 1);
     }
 
     #[test]

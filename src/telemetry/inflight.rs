@@ -69,6 +69,69 @@ pub fn register_at_zero(policy: &Policy, shards: &[String]) {
 pub(crate) fn slots(tier: &str, limit: &str, delta: f64) {
     gauge!(INFLIGHT_SLOTS, LABEL_TIER => tier.to_owned(), LABEL_LIMIT => limit.to_owned())
         .increment(delta);
+    let mut held = HELD.lock();
+    let step = delta as i64;
+    if let Some((_, _, n)) = held.iter_mut().find(|(t, l, _)| t == tier && l == limit) {
+        *n = n.saturating_add(step);
+    } else if held.len() < super::MAX_SERIES {
+        held.push((tier.to_owned(), limit.to_owned(), step));
+    }
+}
+
+/// Slots held now in this process per (tier, limit): what the gauge
+/// says, readable without the recorder (an app may own it). Taken and
+/// given back only with slots, never per decision.
+static HELD: parking_lot::Mutex<Vec<(String, String, i64)>> = parking_lot::Mutex::new(Vec::new());
+
+/// One in-flight limit's slots, as the dashboard shows them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SlotsHeld {
+    /// The tier.
+    pub tier: String,
+    /// The in-flight limit's name.
+    pub limit: String,
+    /// Slots this process holds now.
+    pub held: u64,
+    /// The limit's slots per identity (its `limit`).
+    pub capacity: u64,
+}
+
+/// Slots this process holds now under `tier`'s `limit` (the
+/// [`INFLIGHT_SLOTS`] gauge's value, whatever recorder is installed).
+pub fn held_now(tier: &str, limit: &str) -> u64 {
+    HELD.lock()
+        .iter()
+        .find(|(t, l, _)| t == tier && l == limit)
+        .map_or(0, |(_, _, n)| (*n).max(0) as u64)
+}
+
+/// Every in-flight limit of `policy` (tier limits, and route limits that
+/// apply to the tier) with the slots this process holds now.
+pub fn slots_held(policy: &Policy) -> Vec<SlotsHeld> {
+    let mut out: Vec<SlotsHeld> = Vec::new();
+    for tier in &policy.tiers {
+        let route_limits = policy
+            .routes
+            .iter()
+            .flat_map(|r| r.limits.iter())
+            .filter(|l| l.applies_to(&tier.name));
+        for limit in tier.limits.iter().chain(route_limits) {
+            if !limit.algorithm.is_concurrency()
+                || out
+                    .iter()
+                    .any(|s| s.tier == tier.name && s.limit == limit.name)
+            {
+                continue;
+            }
+            out.push(SlotsHeld {
+                tier: tier.name.clone(),
+                limit: limit.name.clone(),
+                held: held_now(&tier.name, &limit.name),
+                capacity: limit.algorithm.quota(),
+            });
+        }
+    }
+    out
 }
 
 /// `n` expired holders dropped on `shard`.

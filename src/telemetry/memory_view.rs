@@ -24,6 +24,8 @@ struct Bucket {
     policies: AHashMap<String, u64>,
     instances: AHashMap<String, u64>,
     reported: AHashMap<String, u64>,
+    units: AHashMap<String, u64>,
+    unit_keys: AHashMap<String, u64>,
 }
 
 /// In-process buckets, keyed by (resolution width, bucket start).
@@ -71,6 +73,13 @@ impl MemoryView {
                     trim(table, self.top_keys);
                 }
             }
+            add(&mut b.units, &flat.units);
+            add(&mut b.unit_keys, &flat.unit_keys);
+            if b.unit_keys.len() > 2 * self.top_keys {
+                let mut v = pairs(&b.unit_keys);
+                super::aggregate::keep_top_per_unit(&mut v, self.top_keys);
+                b.unit_keys = v.into_iter().collect();
+            }
             add(&mut b.rtt, &flat.rtt);
             add(&mut b.trips, &flat.trips);
             add(&mut b.breakers, &flat.breakers);
@@ -109,6 +118,12 @@ impl MemoryView {
                         policies: pairs(&b.policies),
                         instances: pairs(&b.instances),
                         reported: pairs(&b.reported),
+                        units: pairs(&b.units),
+                        unit_keys: {
+                            let mut v = pairs(&b.unit_keys);
+                            super::aggregate::keep_top_per_unit(&mut v, self.top_keys);
+                            v
+                        },
                         events: 0,
                     };
                     (*s, flat)

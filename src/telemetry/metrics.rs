@@ -541,39 +541,72 @@ pub fn describe_policy() {
     );
 }
 
-/// The live-policy metrics of a limiter that just started: reload counters
-/// at zero for both results, the policy's info series at 1.
-pub fn init_policy_metrics(version: &str, hash: &str) {
-    for result in ["ok", "error"] {
-        counter!(CONFIG_RELOADS_TOTAL, LABEL_RESULT => result).increment(0);
+/// Label: the limiter's name (`[telemetry] limiter_name`), on the
+/// live-policy series of a named limiter only, so several limiters in one
+/// process each keep their own reload status.
+pub const LABEL_LIMITER: &str = "limiter";
+
+/// `labels`, plus `limiter` when the limiter is named.
+fn named(mut labels: Vec<metrics::Label>, limiter: Option<&str>) -> Vec<metrics::Label> {
+    if let Some(name) = limiter {
+        labels.push(metrics::Label::new(LABEL_LIMITER, name.to_owned()));
     }
-    gauge!(CONFIG_LAST_RELOAD_SUCCESSFUL).set(1.0);
-    gauge!(CONFIG_RESTART_REQUIRED).set(0.0);
-    record_policy_info(None, (version, hash));
+    labels
+}
+
+/// The live-policy metrics of a limiter that just started: reload counters
+/// at zero for both results, the policy's info series at 1. `limiter` is
+/// its name, if it has one.
+pub fn init_policy_metrics(version: &str, hash: &str, limiter: Option<&str>) {
+    for result in ["ok", "error"] {
+        counter!(
+            CONFIG_RELOADS_TOTAL,
+            named(vec![metrics::Label::new(LABEL_RESULT, result)], limiter)
+        )
+        .increment(0);
+    }
+    gauge!(CONFIG_LAST_RELOAD_SUCCESSFUL, named(Vec::new(), limiter)).set(1.0);
+    gauge!(CONFIG_RESTART_REQUIRED, named(Vec::new(), limiter)).set(0.0);
+    record_policy_info(None, (version, hash), limiter);
 }
 
 /// Counts one reload and sets whether the latest one applied.
-pub fn record_config_reload(ok: bool) {
+pub fn record_config_reload(ok: bool, limiter: Option<&str>) {
     let result = if ok { "ok" } else { "error" };
-    counter!(CONFIG_RELOADS_TOTAL, LABEL_RESULT => result).increment(1);
-    gauge!(CONFIG_LAST_RELOAD_SUCCESSFUL).set(if ok { 1.0 } else { 0.0 });
+    counter!(
+        CONFIG_RELOADS_TOTAL,
+        named(vec![metrics::Label::new(LABEL_RESULT, result)], limiter)
+    )
+    .increment(1);
+    gauge!(CONFIG_LAST_RELOAD_SUCCESSFUL, named(Vec::new(), limiter)).set(if ok {
+        1.0
+    } else {
+        0.0
+    });
 }
 
 /// Sets the number of settings waiting for a restart.
-pub fn record_restart_required(settings: usize) {
-    gauge!(CONFIG_RESTART_REQUIRED).set(settings as f64);
+pub fn record_restart_required(settings: usize, limiter: Option<&str>) {
+    gauge!(CONFIG_RESTART_REQUIRED, named(Vec::new(), limiter)).set(settings as f64);
 }
 
 /// Moves `ratewatch_policy_info` from `old` (set to 0: the exporter cannot
 /// drop a series) to `new` (set to 1), each `(version, hash)`.
-pub fn record_policy_info(old: Option<(&str, &str)>, new: (&str, &str)) {
+pub fn record_policy_info(old: Option<(&str, &str)>, new: (&str, &str), limiter: Option<&str>) {
+    let labels = |version: &str, hash: &str| {
+        named(
+            vec![
+                metrics::Label::new(LABEL_VERSION, version.to_owned()),
+                metrics::Label::new(LABEL_HASH, hash.to_owned()),
+            ],
+            limiter,
+        )
+    };
     if let Some((version, hash)) = old {
-        gauge!(POLICY_INFO, LABEL_VERSION => version.to_owned(), LABEL_HASH => hash.to_owned())
-            .set(0.0);
+        gauge!(POLICY_INFO, labels(version, hash)).set(0.0);
     }
     let (version, hash) = new;
-    gauge!(POLICY_INFO, LABEL_VERSION => version.to_owned(), LABEL_HASH => hash.to_owned())
-        .set(1.0);
+    gauge!(POLICY_INFO, labels(version, hash)).set(1.0);
 }
 
 // Identity: tiers named by a resolver or a verified caller that the policy

@@ -27,6 +27,7 @@
 //!     shard: Arc::from("memory"),
 //!     identity: "free_tk…9f3a".into(),
 //!     cost: 1,
+//!     units: Default::default(),
 //!     redis_rtt: None,
 //!     fallback: None,
 //! });
@@ -73,11 +74,11 @@ use memory_view::MemoryView;
 pub use aggregate::FAIL_CLOSED;
 pub use aggregate::MAX_SERIES;
 pub(crate) use aggregate::append_display_name;
-pub use event::{Event, FallbackReason, Outcome};
+pub use event::{Event, FallbackReason, Outcome, UnitsCharged};
 pub use fleet::{
     BlockedKey, FleetStats, HotKey, HotShard, InstanceSeen, MAX_INSTANCES_LISTED, Outage,
-    PeriodRates, PolicySeen, RESOLUTIONS, Resolution, RttSeries, RttStats, Unavailable, ViewSource,
-    quantile,
+    PeriodRates, PolicySeen, RESOLUTIONS, Resolution, RttSeries, RttStats, Unavailable, UnitKey,
+    ViewSource, quantile,
 };
 pub use metrics::{DropReason, RttOp, render};
 #[cfg(feature = "redis-store")]

@@ -178,6 +178,9 @@ fn merge_into(a: &mut Flat, b: Flat, keep_top: usize) {
     sum(&mut a.breakers, b.breakers);
     sum(&mut a.policies, b.policies);
     sum(&mut a.instances, b.instances);
+    sum(&mut a.units, b.units);
+    sum(&mut a.unit_keys, b.unit_keys);
+    super::aggregate::keep_top_per_unit(&mut a.unit_keys, keep_top);
     latest(&mut a.reported, b.reported);
     for (table, more) in [(&mut a.top, b.top), (&mut a.hot, b.hot)] {
         sum(table, more);

@@ -14,6 +14,8 @@
 //! {prefix}:tm:{10s:<start>}:pol    hash  version#hash -> flushes that ran it
 //! {prefix}:tm:{10s:<start>}:inst   hash  instance -> events it flushed
 //! {prefix}:tm:{10s:<start>}:seen   hash  instance -> when it last flushed (Unix s)
+//! {prefix}:tm:{10s:<start>}:u      hash  tier|unit -> units charged
+//! {prefix}:tm:{10s:<start>}:uk:<unit>  zset  tier|identity -> units charged
 //! ```
 //! and the same under `{1m:<start>}`. 10 s buckets expire after an hour,
 //! 1 min buckets after two days; every write re-arms the expiry.
@@ -229,8 +231,9 @@ impl RedisSink {
         let start = res.bucket_of(at);
         let ttl = (start + res.keep + res.secs).saturating_sub(now).max(1) as i64;
         let mut p = redis::pipe();
-        let parts: [(&str, &[(String, u64)]); 6] = [
+        let parts: [(&str, &[(String, u64)]); 7] = [
             ("c", &flat.counters),
+            ("u", &flat.units),
             ("rtt", &flat.rtt),
             ("trips", &flat.trips),
             ("brk", &flat.breakers),
@@ -271,6 +274,27 @@ impl RedisSink {
                 p.zincr(&key, id, *n).ignore();
             }
             // Lowest ranks go first; keep the `keep_top` highest.
+            p.zremrangebyrank(&key, 0, -(self.keep_top as isize) - 1)
+                .ignore();
+            p.expire(&key, ttl).ignore();
+        }
+        // One zset per unit (names from the policy: `a-z0-9_`), so a unit
+        // counted in thousands never crowds another out of its top keys.
+        let mut by_unit: Vec<(&str, Vec<(&str, u64)>)> = Vec::new();
+        for (member, n) in &flat.unit_keys {
+            let Some((unit, rest)) = member.split_once('|') else {
+                continue;
+            };
+            match by_unit.iter_mut().find(|(u, _)| *u == unit) {
+                Some((_, v)) => v.push((rest, *n)),
+                None => by_unit.push((unit, vec![(rest, *n)])),
+            }
+        }
+        for (unit, members) in by_unit {
+            let key = self.target.key(res, start, &format!("uk:{unit}"));
+            for (id, n) in members {
+                p.zincr(&key, id, n).ignore();
+            }
             p.zremrangebyrank(&key, 0, -(self.keep_top as isize) - 1)
                 .ignore();
             p.expire(&key, ttl).ignore();
@@ -471,7 +495,8 @@ impl RedisSink {
             .hgetall(self.target.key(res, start, "brk"))
             .hgetall(self.target.key(res, start, "pol"))
             .hgetall(self.target.key(res, start, "inst"))
-            .hgetall(self.target.key(res, start, "seen"));
+            .hgetall(self.target.key(res, start, "seen"))
+            .hgetall(self.target.key(res, start, "u"));
         type Row = (
             HashMap<String, u64>,
             Vec<(String, f64)>,
@@ -482,14 +507,40 @@ impl RedisSink {
             HashMap<String, u64>,
             HashMap<String, u64>,
             HashMap<String, u64>,
+            HashMap<String, u64>,
         );
-        let (c, top, hot, rtt, trips, brk, pol, inst, seen): Row = conn.query(&p).await?;
+        let (c, top, hot, rtt, trips, brk, pol, inst, seen, units): Row = conn.query(&p).await?;
         let scores = |v: Vec<(String, f64)>| -> Vec<(String, u64)> {
             v.into_iter().map(|(k, s)| (k, s.max(0.0) as u64)).collect()
         };
+        // The units charged name the per-unit zsets to read: a second
+        // round trip, only for buckets where units were charged.
+        let mut names: Vec<&str> = units
+            .keys()
+            .filter_map(|f| super::aggregate::parse_unit_field(f).map(|(_, u)| u))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names.truncate(super::aggregate::MAX_UNITS);
+        let mut unit_keys = Vec::new();
+        if !names.is_empty() {
+            let mut p = redis::pipe();
+            for unit in &names {
+                p.zrevrange_withscores(self.target.key(res, start, &format!("uk:{unit}")), 0, last);
+            }
+            let rows: Vec<Vec<(String, f64)>> = conn.query(&p).await?;
+            for (unit, row) in names.iter().zip(rows) {
+                for (member, n) in scores(row) {
+                    unit_keys.push((format!("{unit}|{member}"), n));
+                }
+            }
+        }
+        let units = units.into_iter().collect();
         Ok((
             start,
             Flat {
+                units,
+                unit_keys,
                 counters: c.into_iter().collect(),
                 top: scores(top),
                 hot: scores(hot),

@@ -131,6 +131,7 @@ mod tests {
             shard: Arc::from("memory"),
             identity: "x".into(),
             cost: 1,
+            units: Default::default(),
             redis_rtt: None,
             fallback: None,
         }

@@ -97,6 +97,14 @@ fn merge(into: &mut Batch, mut from: Batch) {
     for (k, n) in from.hot.take() {
         into.hot.add(&k, n);
     }
+    for ((tier, unit), n) in from.units.drain(..) {
+        into.add_unit_total(&tier, &unit, n);
+    }
+    for (unit, mut top) in from.unit_top.drain(..) {
+        for (member, n) in top.take() {
+            into.add_unit_member(&unit, &member, n);
+        }
+    }
     for (shard, buckets) in from.rtt.drain() {
         if let Some(b) = into.rtt.get_mut(&shard) {
             for (x, y) in b.iter_mut().zip(buckets) {
@@ -125,6 +133,7 @@ mod tests {
             shard: Arc::from("memory"),
             identity: identity.into(),
             cost: 1,
+            units: Default::default(),
             redis_rtt: Some(std::time::Duration::from_micros(300)),
             fallback: None,
         }

@@ -277,7 +277,12 @@ pub(super) fn telemetry(t: Option<Table<'_>>) -> Result<TelemetrySettings> {
     let mut tm = TelemetrySettings::default();
     let Some(t) = t else { return Ok(tm) };
     t.only(
-        &["flush_interval_ms", "top_keys", "key_display"],
+        &[
+            "flush_interval_ms",
+            "top_keys",
+            "key_display",
+            "limiter_name",
+        ],
         "[telemetry]",
     )?;
     if let Some(every) = t.millis("flush_interval_ms", 10)? {
@@ -293,6 +298,15 @@ pub(super) fn telemetry(t: Option<Table<'_>>) -> Result<TelemetrySettings> {
     ];
     if let Some(d) = t.choice("key_display", &displays)? {
         tm.key_display = d;
+    }
+    if let Some(name) = t.str("limiter_name")? {
+        if !crate::policy::settings::valid_limiter_name(name) {
+            return Err(t.error_at(
+                "limiter_name",
+                "must be 1 to 64 characters of A-Z, a-z, 0-9, `_`, `.` and `-`, such as \"edge\"",
+            ));
+        }
+        tm.limiter_name = Some(name.to_owned());
     }
     Ok(tm)
 }
