@@ -4,7 +4,10 @@
 # a naive Redis limiter; Limiter::check against governor; the redis-benchmark
 # ceiling of the decide script; telemetry on/off; Redis bytes per identity;
 # the decision service over gRPC (h2load) and through a real Envoy (wrk;
-# the Envoy .ci/test.sh installs, rows left out without it).
+# the Envoy .ci/test.sh installs, rows left out without it), beside Envoy
+# with a do-nothing RLS; a three-unit tier (rpm, tpm, concurrency) against
+# one limit; `ratewatch serve`'s edge bounds against none.
+# Only some rows: `cargo bench --bench suite -- units|edge|rls SECS`.
 # One run, rounds interleaved; writes BENCHMARKS.md (ratios first).
 #
 #   bench/run.sh                       # default: 2 rounds of 5 s (a few minutes)

@@ -306,7 +306,9 @@ async fn on_a_cluster_only_the_lost_shards_identities_fall_back() {
     let store = StoreSettings {
         kind: StoreKind::RedisCluster,
         nodes: cluster.urls(),
-        timeout: Duration::from_millis(100),
+        // The healthy shards must answer within it on a machine at load 8
+        // (at 100 ms one of them timed out there and answered 503).
+        timeout: Duration::from_millis(500),
         ..Default::default()
     };
     let (app, limiter) = app(policy(store, FailurePolicy::Closed, 3)).await;
@@ -343,7 +345,9 @@ async fn on_a_cluster_only_the_lost_shards_identities_fall_back() {
     for key in on_victim.iter().take(3) {
         let (status, took, _) = send(&app, "GET", "/api/users", key).await;
         assert_eq!(status, 503, "the lost shard's identities fail closed");
-        assert!(took < Duration::from_millis(400));
+        // Within the store's timeout and a loaded machine's scheduling:
+        // promptly, not after a reconnect's back-off.
+        assert!(took < Duration::from_millis(1500), "took {took:?}");
     }
 }
 

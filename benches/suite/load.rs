@@ -106,19 +106,46 @@ pub fn fallbacks(metrics: &str) -> u64 {
 
 /// Runs wrk against `port` for `secs` seconds.
 pub fn wrk(port: u16, secs: u64, connections: u32, threads: u32) -> HttpRun {
-    let out = Command::new("wrk")
-        .args([
-            "-t",
-            &threads.to_string(),
-            "-c",
-            &connections.to_string(),
-            "-d",
-            &format!("{secs}s"),
-            "--latency",
-            "-H",
-            &format!("x-api-key: {API_KEY}"),
-            &format!("http://127.0.0.1:{port}/api/data"),
-        ])
+    wrk_with(port, secs, connections, threads, &[])
+}
+
+/// [`wrk`] with `headers` (`name: value`) added to every request.
+pub fn wrk_with(
+    port: u16,
+    secs: u64,
+    connections: u32,
+    threads: u32,
+    headers: &[String],
+) -> HttpRun {
+    wrk_at(port, "/api/data", secs, connections, threads, headers)
+}
+
+/// [`wrk_with`] on `path`.
+pub fn wrk_at(
+    port: u16,
+    path: &str,
+    secs: u64,
+    connections: u32,
+    threads: u32,
+    headers: &[String],
+) -> HttpRun {
+    let mut cmd = Command::new("wrk");
+    cmd.args([
+        "-t",
+        &threads.to_string(),
+        "-c",
+        &connections.to_string(),
+        "-d",
+        &format!("{secs}s"),
+        "--latency",
+        "-H",
+        &format!("x-api-key: {API_KEY}"),
+    ]);
+    for h in headers {
+        cmd.args(["-H", h]);
+    }
+    let out = cmd
+        .arg(format!("http://127.0.0.1:{port}{path}"))
         .output()
         .expect("run wrk");
     let text = String::from_utf8_lossy(&out.stdout);

@@ -25,19 +25,26 @@
 //!   trip against the naive limiter's three.
 //! - The decision service (`rls.rs`): RLS decisions/s and server CPU per
 //!   decision over gRPC (`h2load`), memory and Redis, beside the axum
-//!   layer's; `wrk` through a real Envoy alone and with ratewatch's RLS
-//!   (`cargo bench --bench suite -- rls SECS` runs only these).
+//!   layer's; `wrk` through a real Envoy alone, with a do-nothing RLS
+//!   (`nop_rls.rs`) and with ratewatch's RLS (`cargo bench --bench suite
+//!   -- rls SECS` runs only these).
+//! - A three-unit tier (requests, tokens from a header, a concurrency
+//!   limit) against one limit, memory and Redis (`-- units SECS`).
+//! - `ratewatch serve`'s HTTP port with its default edge bounds against
+//!   the same router without them (`edge.rs`; `-- edge SECS`).
 #![allow(clippy::print_stdout)]
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod edge;
 mod inflight;
 mod inproc;
 mod lease;
 mod load;
 mod memory;
 mod netem;
+mod nop_rls;
 mod report;
 mod rls;
 mod serve;
@@ -91,9 +98,12 @@ pub struct Results {
     pub rls_http: HashMap<rls::Store, Vec<HttpRun>>,
     /// Three servers sharing one leased identity, per limit, per round.
     pub fleet: HashMap<u64, Vec<lease::FleetRun>>,
-    /// wrk through Envoy: `alone`, or with ratewatch's RLS on `memory` /
-    /// `redis`, per round.
+    /// wrk through Envoy: `alone`, with the do-nothing RLS (`nop`), or
+    /// with ratewatch's RLS on `memory` / `redis`, per round.
     pub envoy: HashMap<&'static str, Vec<(HttpRun, rls::EnvoyExtras)>>,
+    /// `ratewatch serve`'s HTTP port with and without its edge bounds,
+    /// per setup, per round.
+    pub edge: HashMap<edge::Setup, Vec<HttpRun>>,
     pub load_before: String,
     pub load_after: String,
     pub elapsed_s: f64,
@@ -248,10 +258,52 @@ fn main() {
             rls::render(&mut text, &o, &r);
             println!("{text}");
         }
+        Some("serve-app") => {
+            // `serve-app POLICY PORT`: the binary's router without bounds.
+            edge::serve_app(&args[1], args[2].parse().expect("a port"));
+        }
+        Some("nop-rls") => {
+            // `nop-rls PORT`: the do-nothing rate limit service.
+            nop_rls::serve(args[1].parse().expect("a port"));
+        }
+        Some("edge") => {
+            // `edge SECS`: only the edge-bounds rows, one round.
+            let mut o = parse(&[]);
+            o.secs = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(5);
+            let mut r = Results::default();
+            edge::round(&o, 0, &mut r);
+            let mut text = String::new();
+            edge::goal_rows(&mut text, &r);
+            edge::render(&mut text, &o, &r);
+            println!("{text}");
+        }
+        Some("units") => {
+            // `units SECS`: only the three-unit tier against one limit,
+            // memory and a fresh Redis, one round.
+            let mut o = parse(&[]);
+            o.secs = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(5);
+            let redis = support::RedisServer::start();
+            let urls = vec![redis.url()];
+            let mut r = Results::default();
+            for v in [
+                Variant::Memory1,
+                Variant::MemoryUnits,
+                Variant::Redis1,
+                Variant::RedisUnits,
+            ] {
+                r.http
+                    .entry(v.name())
+                    .or_default()
+                    .push(http_cell(&o, v, &urls));
+            }
+            let mut text = String::new();
+            report::units_goal_rows(&mut text, &r);
+            println!("{text}");
+        }
         Some("run") | None => run(parse(&args)),
         Some(other) => {
             eprintln!(
-                "usage: bench run [--rounds N] [--secs S] [--out FILE] [--net-delay-us US] | bench memory | bench rls SECS | bench fleet SECS [LIMIT...] | bench serve VARIANT PORT [URL...] | bench proxy UPSTREAM_PORT DELAY_US | bench requests PORT N [CONNECTIONS] | bench check SECS [THREADS] [off|governor] | bench count N [off]\nunknown: {other}"
+                "usage: bench run [--rounds N] [--secs S] [--out FILE] [--net-delay-us US] | bench memory | bench rls SECS | bench edge SECS | bench units SECS | bench fleet SECS [LIMIT...] | bench serve VARIANT PORT [URL...] | bench proxy UPSTREAM_PORT DELAY_US | bench requests PORT N [CONNECTIONS] | bench check SECS [THREADS] [off|governor] | bench count N [off]\nunknown: {other}"
             );
             std::process::exit(2);
         }
@@ -350,12 +402,14 @@ fn run(o: Options) {
                 &redis_urls
             };
             let server = Server::start(v, urls);
-            load::wrk(server.port, 1, o.connections, o.wrk_threads);
+            let headers = v.wrk_headers();
+            load::wrk_with(server.port, 1, o.connections, o.wrk_threads, &headers);
             if v.needs_redis() {
                 redis.cli(&["CONFIG", "RESETSTAT"]);
             }
             let cpu = server.cpu_us();
-            let mut run = load::wrk(server.port, o.secs, o.connections, o.wrk_threads);
+            let mut run =
+                load::wrk_with(server.port, o.secs, o.connections, o.wrk_threads, &headers);
             run.cpu_us = (server.cpu_us() - cpu) / run.requests.max(1) as f64;
             if v.needs_redis() && v.is_ratewatch() {
                 r.http_usec
@@ -446,6 +500,7 @@ fn run(o: Options) {
         );
         r.inflight.push((memory, on_redis));
         rls::round(&o, &redis.url(), round, &mut r);
+        edge::round(&o, round, &mut r);
     }
 
     eprintln!(
@@ -483,4 +538,29 @@ fn run(o: Options) {
     let text = report::render(&o, &r);
     std::fs::write(&o.out, text).expect("write the report");
     eprintln!("bench: wrote {} in {:.0} s", o.out, r.elapsed_s);
+}
+
+/// One wrk cell of the HTTP section on its own: `v` started fresh, warmed
+/// 1 s, measured for `o.secs` (server CPU per request, fallbacks).
+fn http_cell(o: &Options, v: Variant, urls: &[String]) -> HttpRun {
+    let server = Server::start(v, urls);
+    let headers = v.wrk_headers();
+    load::wrk_with(server.port, 1, o.connections, o.wrk_threads, &headers);
+    let cpu = server.cpu_us();
+    let mut run = load::wrk_with(server.port, o.secs, o.connections, o.wrk_threads, &headers);
+    run.cpu_us = (server.cpu_us() - cpu) / run.requests.max(1) as f64;
+    if v.is_ratewatch() {
+        run.fallbacks = load::fallbacks(&server.get("/metrics"));
+    }
+    eprintln!(
+        "bench: {:<26} {:>9.0} req/s {:>6.2} µs CPU/req p50 {:.3} ms p99 {:.3} ms ({} errors, {} fallbacks)",
+        v.name(),
+        run.rps,
+        run.cpu_us,
+        run.p50_ms,
+        run.p99_ms,
+        run.errors,
+        run.fallbacks
+    );
+    run
 }

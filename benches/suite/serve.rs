@@ -52,10 +52,24 @@ pub enum Variant {
     Redis3Net,
     /// [`Variant::Naive3`] behind the same emulated network.
     Naive3Net,
+    /// ratewatch, memory store, a three-unit tier: `rpm` (requests),
+    /// `tpm` (tokens, the cost read from the request's [`TOKENS_HEADER`])
+    /// and `streams` (a concurrency limit, a slot held until the response
+    /// ends).
+    MemoryUnits,
+    /// [`Variant::MemoryUnits`] on one Redis node.
+    RedisUnits,
 }
 
+/// The request header the three-unit tier's route reads its token cost
+/// from; wrk sends it (with [`TOKENS_PER_REQUEST`]) to every variant of
+/// [`Variant::sends_tokens`].
+pub const TOKENS_HEADER: &str = "x-tokens";
+/// The tokens one benchmark request says it costs.
+pub const TOKENS_PER_REQUEST: u64 = 100;
+
 impl Variant {
-    pub const ALL: [Variant; 13] = [
+    pub const ALL: [Variant; 15] = [
         Variant::Bare,
         Variant::HeaderFloor,
         Variant::Governor,
@@ -69,6 +83,8 @@ impl Variant {
         Variant::Naive3,
         Variant::Redis3Net,
         Variant::Naive3Net,
+        Variant::MemoryUnits,
+        Variant::RedisUnits,
     ];
 
     pub fn name(self) -> &'static str {
@@ -86,6 +102,8 @@ impl Variant {
             Variant::Naive3 => "naive-redis-3",
             Variant::Redis3Net => "rw-redis-3-net",
             Variant::Naive3Net => "naive-redis-3-net",
+            Variant::MemoryUnits => "rw-memory-units",
+            Variant::RedisUnits => "rw-redis-units",
         }
     }
 
@@ -106,6 +124,12 @@ impl Variant {
             Variant::Naive3 => "naive Redis limiter, 3 limits, 3 round trips",
             Variant::Redis3Net => "ratewatch, Redis, 3-limit tier, emulated network",
             Variant::Naive3Net => "naive Redis limiter, 3 limits, 3 round trips, emulated network",
+            Variant::MemoryUnits => {
+                "ratewatch, memory, three-unit tier (rpm, tpm from a header, concurrency)"
+            }
+            Variant::RedisUnits => {
+                "ratewatch, Redis, three-unit tier (rpm, tpm from a header, concurrency)"
+            }
         }
     }
 
@@ -122,7 +146,22 @@ impl Variant {
                 | Variant::Naive3
                 | Variant::Redis3Net
                 | Variant::Naive3Net
+                | Variant::RedisUnits
         )
+    }
+
+    /// Whether wrk sends [`TOKENS_HEADER`] (the three-unit tier's cost).
+    pub fn sends_tokens(self) -> bool {
+        matches!(self, Variant::MemoryUnits | Variant::RedisUnits)
+    }
+
+    /// The headers wrk adds for this variant (beyond `x-api-key`).
+    pub fn wrk_headers(self) -> Vec<String> {
+        if self.sends_tokens() {
+            vec![format!("{TOKENS_HEADER}: {TOKENS_PER_REQUEST}")]
+        } else {
+            Vec::new()
+        }
     }
 
     /// Whether the server reaches Redis through the delay proxy.
@@ -145,6 +184,8 @@ impl Variant {
                 | Variant::Redis3
                 | Variant::Redis3Net
                 | Variant::Cluster1
+                | Variant::MemoryUnits
+                | Variant::RedisUnits
         )
     }
 }
@@ -188,16 +229,43 @@ pub fn bench_key() -> ratewatch::store::keys::IdentityKey {
 }
 
 pub fn policy(limits: usize, store: StoreSettings) -> Policy {
-    Policy::builder()
-        .identity(ratewatch::policy::IdentitySettings {
-            hash_secret: ratewatch::policy::HashSecret::new(HASH_SECRET),
-            ..Default::default()
-        })
-        .store(store)
-        .tier(tier(limits))
-        .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 10)))
-        .build()
-        .expect("a valid benchmark policy")
+    policy_with(tier(limits), None, store)
+}
+
+/// The three-unit tier of `docs/units.md`, with limits that never block:
+/// `rpm` (requests, sliding window), `tpm` (tokens, sliding window) and
+/// `streams` (in flight). Its route reads the token cost from
+/// [`TOKENS_HEADER`], so every request is metered: decided at 1 request
+/// and [`TOKENS_PER_REQUEST`] tokens, in one store call, and holding a
+/// `streams` slot until its response ends (a second store call on Redis,
+/// the release).
+pub fn units_policy(store: StoreSettings) -> Policy {
+    let big = 1_000_000_000;
+    let tier = Tier::new("free")
+        .match_prefix("free_")
+        .limit(Limit::sliding_window("rpm", big, Duration::from_secs(60)))
+        .limit(Limit::sliding_window("tpm", big, Duration::from_secs(60)).unit("tokens"))
+        .limit(Limit::concurrency("streams", big));
+    let route = ratewatch::RouteRule::new("GET", "/api/data").with_estimate(
+        ratewatch::policy::CostEstimate::header("tokens", TOKENS_HEADER),
+    );
+    policy_with(tier, Some(route), store)
+}
+
+fn policy_with(tier: Tier, route: Option<ratewatch::RouteRule>, store: StoreSettings) -> Policy {
+    let mut b = Policy::builder();
+    if let Some(route) = route {
+        b = b.route(route);
+    }
+    b.identity(ratewatch::policy::IdentitySettings {
+        hash_secret: ratewatch::policy::HashSecret::new(HASH_SECRET),
+        ..Default::default()
+    })
+    .store(store)
+    .tier(tier)
+    .tier(Tier::new("anonymous").limit(Limit::per_second("burst", 10)))
+    .build()
+    .expect("a valid benchmark policy")
 }
 
 /// Redis settings with a budget that a loaded 2-core machine keeps, so a
@@ -426,6 +494,12 @@ pub fn serve(variant: Variant, port: u16, urls: &[String]) {
             }
             Variant::RedisFloor => redis_floor_app(&urls[0]).await,
             Variant::Naive3 | Variant::Naive3Net => naive_app(&urls[0]).await,
+            Variant::MemoryUnits => {
+                ratewatch_app(units_policy(StoreSettings::default()), true).await
+            }
+            Variant::RedisUnits => {
+                ratewatch_app(units_policy(redis_settings(StoreKind::Redis, urls)), true).await
+            }
         };
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
