@@ -767,14 +767,14 @@ async fn a_yaml_edited_or_added_under_a_directory_entry_applies_without_a_signal
     );
 }
 
-/// Waits (up to 20 s) until `domain`'s probe answers `want`.
+/// Waits (up to 60 s: a loaded machine settles and reloads late) until `domain`'s probe answers `want`.
 async fn wait_for(s: &Service, domain: &str, want: Got) {
     let entries: &[(&str, &str)] = if domain == "conf-wild" {
         &[("object", "img1")]
     } else {
         &[("k", "v")]
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let got = s.limit_of(Api::Json, domain, entries).await;
         if got == want {
