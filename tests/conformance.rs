@@ -655,7 +655,7 @@ async fn sequences_of_requests_are_answered_as_the_peer_answers_them() {
 #[test]
 fn invalid_files_are_refused_naming_line_field_and_reason() {
     #[rustfmt::skip]
-    let table: [(&str, usize, &str, &str); 15] = [
+    let table: [(&str, usize, &str, &str); 14] = [
         ("bad_unit.yaml", 5, "descriptors[0].rate_limit.unit", "got \"fortnight\""),
         ("bad_yaml.yaml", 1, "", "YAML syntax error"),
         ("duplicate_key.yaml", 5, "descriptors[1]", "repeats the descriptor `k_v`"),
@@ -669,7 +669,6 @@ fn invalid_files_are_refused_naming_line_field_and_reason() {
         ("replaces_self.yaml", 9, "descriptors[0].rate_limit.replaces[0].name", "itself"),
         ("unlimited_with_unit.yaml", 6, "descriptors[0].rate_limit.unit", "must not be set when `unlimited` is true"),
         ("quota_mode.yaml", 5, "descriptors[0].quota_mode", "quota mode"),
-        ("share_threshold.yaml", 5, "descriptors[0].share_threshold", "share one counter"),
         ("share_threshold_without_wildcard.yaml", 5, "descriptors[0].share_threshold", "only be used with a wildcard"),
     ];
     for (file, line, field, reason) in table {
@@ -685,6 +684,54 @@ fn invalid_files_are_refused_naming_line_field_and_reason() {
         let err = Policy::from_toml_file(&toml).unwrap_err().to_string();
         assert!(err.contains(reason), "{file}: {err}");
     }
+}
+
+#[tokio::test]
+async fn a_shared_wildcard_counts_every_value_it_matches_on_one_counter() {
+    let s = service(&["share.yaml"]).await;
+    // One counter for files/*, whatever the value and the front end.
+    run(
+        &s,
+        Api::Grpc,
+        "share_threshold",
+        &[step("conf-share", vec![d(&[("files", "files/a")])], 0, OK, vec![(OK, 1)])],
+    )
+    .await;
+    run(
+        &s,
+        Api::Json,
+        "share_threshold",
+        &[
+            step("conf-share", vec![d(&[("files", "files/b")])], 0, OK, vec![(OK, 0)]),
+            step("conf-share", vec![d(&[("files", "files/c")])], 0, OVER, vec![(OVER, 0)]),
+        ],
+    )
+    .await;
+    // Without it, each value the wildcard matches has its own.
+    run(
+        &s,
+        Api::Grpc,
+        "no share_threshold",
+        &[
+            step("conf-share", vec![d(&[("pics", "pics/a")])], 0, OK, vec![(OK, 0)]),
+            step("conf-share", vec![d(&[("pics", "pics/b")])], 0, OK, vec![(OK, 0)]),
+            step("conf-share", vec![d(&[("pics", "pics/a")])], 0, OVER, vec![(OVER, 0)]),
+        ],
+    )
+    .await;
+    // A shared level above a nested rule: every tenant t-* shares the
+    // op's counter, but ops below it stay apart.
+    run(
+        &s,
+        Api::Json,
+        "share_threshold above a nested rule",
+        &[
+            step("conf-share", vec![d(&[("tenant", "t-1"), ("op", "read")])], 0, OK, vec![(OK, 0)]),
+            step("conf-share", vec![d(&[("tenant", "t-2"), ("op", "read")])], 0, OVER, vec![(OVER, 0)]),
+            step("conf-share", vec![d(&[("tenant", "t-2"), ("op", "write")])], 0, OK, vec![(OK, 0)]),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -590,19 +590,20 @@ fn plan(
         .iter()
         .zip(rules)
         .map(|(d, rule)| {
-            let detail = rule.and_then(|_| {
-                let entries: Vec<(&str, &str)> = d
-                    .entries
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_str()))
-                    .collect();
-                domain.value_path(&entries)
-            });
+            let entries: Vec<(&str, &str)> = d
+                .entries
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let detail = rule.and_then(|_| domain.value_path(&entries));
+            // share_threshold: the counter is named by the pattern.
+            let shared = rule.map_or_else(Vec::new, |_| domain.shared_patterns(&entries));
             descriptor_plan(
                 &domain.name,
                 d,
                 rule,
                 detail,
+                &shared,
                 &replaced,
                 (default_cost, request.hits_addend > 0),
                 tier_limits,
@@ -616,11 +617,12 @@ fn descriptor_plan(
     d: &RlsDescriptor,
     rule: Option<&DescriptorRule>,
     detail: Option<String>,
+    shared: &[Option<Arc<str>>],
     replaced: &[&Arc<str>],
     (default_cost, addend_given): (u64, bool),
     tier_limits: &dyn Fn(&str) -> TierLimits,
 ) -> Plan {
-    let mut identity = descriptor_identity(domain, d);
+    let mut identity = descriptor_identity(domain, d, shared);
     let shown = d
         .entries
         .iter()
@@ -722,13 +724,20 @@ fn descriptor_plan(
 }
 
 /// The counter identity of a descriptor: its domain and every entry, so
-/// each distinct value has its own counters (as in envoyproxy/ratelimit).
-/// Each part is length-prefixed, so no entry can pass for another.
-fn descriptor_identity(domain: &str, d: &RlsDescriptor) -> String {
+/// each distinct value has its own counters (as in envoyproxy/ratelimit),
+/// except where `shared` names the `share_threshold` pattern an entry
+/// matched: that pattern stands for the value, so every value it matches
+/// shares the counter. Each part is length-prefixed, so no entry can pass
+/// for another.
+fn descriptor_identity(domain: &str, d: &RlsDescriptor, shared: &[Option<Arc<str>>]) -> String {
     use std::fmt::Write;
     let mut s = String::with_capacity(64);
     s.push_str(domain);
-    for (k, v) in &d.entries {
+    for (i, (k, v)) in d.entries.iter().enumerate() {
+        let v = match shared.get(i) {
+            Some(Some(pattern)) => &**pattern,
+            _ => v.as_str(),
+        };
         let _ = write!(s, "\u{0}{}:{k}{}:{v}", k.len(), v.len());
     }
     if let Some(o) = d.limit {
@@ -873,12 +882,12 @@ mod tests {
             ..RlsDescriptor::default()
         };
         assert_ne!(
-            descriptor_identity("x", &d(&[("a", "b=c")])),
-            descriptor_identity("x", &d(&[("a=b", "c")]))
+            descriptor_identity("x", &d(&[("a", "b=c")]), &[]),
+            descriptor_identity("x", &d(&[("a=b", "c")]), &[])
         );
         assert_ne!(
-            descriptor_identity("x", &d(&[("a", "1")])),
-            descriptor_identity("y", &d(&[("a", "1")]))
+            descriptor_identity("x", &d(&[("a", "1")]), &[]),
+            descriptor_identity("y", &d(&[("a", "1")]), &[])
         );
     }
 }

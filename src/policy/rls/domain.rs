@@ -91,6 +91,10 @@ pub(super) struct Node {
     /// not the configured one (or none), names this level in per-value
     /// statistics ([`Domain::value_path`]).
     pub(super) value_to_metric: bool,
+    /// envoyproxy/ratelimit's `share_threshold` on a wildcard entry: every
+    /// value the pattern matches counts on one counter, named by the
+    /// pattern ([`Domain::shared_patterns`]).
+    pub(super) share_threshold: bool,
 }
 
 /// How one level of a request descriptor matched its configured entry.
@@ -113,6 +117,7 @@ impl Node {
             rule: None,
             children: Vec::new(),
             value_to_metric: false,
+            share_threshold: false,
         }
     }
 
@@ -263,6 +268,32 @@ impl Domain {
             level = &node.children;
         }
         Some(out)
+    }
+
+    /// For each entry of `entries`, the wildcard pattern its counter is
+    /// named by instead of the request's value: `Some` where the entry
+    /// matched a `*` pattern with `share_threshold` (so every value the
+    /// pattern matches shares one counter, at that level and below), as
+    /// envoyproxy/ratelimit keys it. Empty when no level shares, or
+    /// nothing matched.
+    pub fn shared_patterns(&self, entries: &[(&str, &str)]) -> Vec<Option<Arc<str>>> {
+        let Some(walked) = self.walk(entries) else {
+            return Vec::new();
+        };
+        if !walked
+            .iter()
+            .any(|(n, how)| n.share_threshold && *how == Matched::Wildcard)
+        {
+            return Vec::new();
+        }
+        walked
+            .iter()
+            .map(|(n, how)| {
+                (n.share_threshold && *how == Matched::Wildcard)
+                    .then(|| n.value.clone())
+                    .flatten()
+            })
+            .collect()
     }
 
     /// The per-value name envoyproxy/ratelimit gives a descriptor's

@@ -53,9 +53,9 @@ impl Domain {
     /// self-naming `replaces` entry, unknown fields, lists of non-mappings.
     /// Stricter than it: fields are checked per level (a `unit` beside
     /// `key` is a mistake, not ignored), a key repeated in one mapping and
-    /// a missing `requests_per_unit` are refused, and `quota_mode` and
-    /// `share_threshold` are only accepted as `false`, which ratewatch
-    /// does not implement. A `requests_per_unit` of 0 is its deny-list
+    /// a missing `requests_per_unit` are refused, and `quota_mode` is
+    /// only accepted as `false`, which ratewatch does not implement;
+    /// `share_threshold` only on a wildcard value. A `requests_per_unit` of 0 is its deny-list
     /// idiom: the rule refuses every charge ([`DescriptorRule::deny`]).
     ///
     /// ```
@@ -293,36 +293,29 @@ impl Cx<'_> {
             "" => entry.segment(),
             above => format!("{above}.{}", entry.segment()),
         };
-        // envoyproxy/ratelimit's meaning of each, and why ratewatch
-        // refuses it rather than answer differently.
-        let unsupported = [
-            (
-                "quota_mode",
+        // envoyproxy/ratelimit's quota mode, and why ratewatch refuses it
+        // rather than answer differently.
+        let quota = join(path, "quota_mode");
+        if self.boolean(map.get("quota_mode"), &quota)? {
+            let line = map.line_of("quota_mode").unwrap_or(node.line());
+            return Err(self.error(
+                line,
+                &quota,
                 "asks for quota mode (an exhausted limit is reported in the answer's metadata \
                  while the request is answered OK), which ratewatch does not implement; remove \
                  it or set it to false (shadow_mode: true reports without enforcing)",
-            ),
-            (
-                "share_threshold",
-                "asks that every value the wildcard matches share one counter, which ratewatch \
-                 does not implement (each matching value counts on its own); remove it or set \
-                 it to false",
-            ),
-        ];
-        for (key, why) in unsupported {
-            let field = join(path, key);
-            if !self.boolean(map.get(key), &field)? {
-                continue;
-            }
-            let line = map.line_of(key).unwrap_or(node.line());
-            if key == "share_threshold" && !value.as_deref().is_some_and(|v| v.contains('*')) {
-                return Err(self.error(
-                    line,
-                    &field,
-                    "can only be used with a wildcard value (one containing `*`)",
-                ));
-            }
-            return Err(self.error(line, &field, why));
+            ));
+        }
+        // Every value the wildcard matches shares one counter.
+        let share = join(path, "share_threshold");
+        entry.share_threshold = self.boolean(map.get("share_threshold"), &share)?;
+        if entry.share_threshold && !value.as_deref().is_some_and(|v| v.contains('*')) {
+            let line = map.line_of("share_threshold").unwrap_or(node.line());
+            return Err(self.error(
+                line,
+                &share,
+                "can only be used with a wildcard value (one containing `*`)",
+            ));
         }
         // Request values in per-value statistics, which the operator asks
         // for here; `telemetry::detailed` bounds how many values get a
@@ -753,14 +746,20 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_modes_are_refused_unless_false() {
+    fn quota_mode_is_refused_unless_false_and_share_threshold_is_read() {
         let on = "domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n    rate_limit: {unit: day, requests_per_unit: 1}\n";
         let (line, field, _) = refused(on);
         assert_eq!((line, field.as_str()), (4, "descriptors[0].quota_mode"));
-        let share =
-            "domain: d\ndescriptors:\n  - key: a\n    value: x*\n    share_threshold: true\n";
-        assert_eq!(refused(share).1, "descriptors[0].share_threshold");
         Domain::from_envoy_yaml(&on.replace("true", "false"), None).unwrap();
+        let share = "domain: d\ndescriptors:\n  - key: a\n    value: x*\n    share_threshold: true\n    rate_limit: {unit: day, requests_per_unit: 1}\n";
+        let d = Domain::from_envoy_yaml(share, None).unwrap();
+        assert_eq!(
+            d.shared_patterns(&[("a", "x1")]),
+            vec![Some("x*".into())],
+            "every value x* matches is counted as x*"
+        );
+        let not = Domain::from_envoy_yaml(&share.replace("true", "false"), None).unwrap();
+        assert!(not.shared_patterns(&[("a", "x1")]).is_empty());
     }
 
     #[test]
@@ -770,13 +769,6 @@ mod tests {
             refused(quota).2.contains("quota mode"),
             "{}",
             refused(quota).2
-        );
-        let share =
-            "domain: d\ndescriptors:\n  - key: a\n    value: x*\n    share_threshold: true\n";
-        assert!(
-            refused(share).2.contains("share one counter"),
-            "{}",
-            refused(share).2
         );
         let exact =
             "domain: d\ndescriptors:\n  - key: a\n    value: x\n    share_threshold: true\n";
