@@ -694,7 +694,13 @@ async fn a_shared_wildcard_counts_every_value_it_matches_on_one_counter() {
         &s,
         Api::Grpc,
         "share_threshold",
-        &[step("conf-share", vec![d(&[("files", "files/a")])], 0, OK, vec![(OK, 1)])],
+        &[step(
+            "conf-share",
+            vec![d(&[("files", "files/a")])],
+            0,
+            OK,
+            vec![(OK, 1)],
+        )],
     )
     .await;
     run(
@@ -702,8 +708,20 @@ async fn a_shared_wildcard_counts_every_value_it_matches_on_one_counter() {
         Api::Json,
         "share_threshold",
         &[
-            step("conf-share", vec![d(&[("files", "files/b")])], 0, OK, vec![(OK, 0)]),
-            step("conf-share", vec![d(&[("files", "files/c")])], 0, OVER, vec![(OVER, 0)]),
+            step(
+                "conf-share",
+                vec![d(&[("files", "files/b")])],
+                0,
+                OK,
+                vec![(OK, 0)],
+            ),
+            step(
+                "conf-share",
+                vec![d(&[("files", "files/c")])],
+                0,
+                OVER,
+                vec![(OVER, 0)],
+            ),
         ],
     )
     .await;
@@ -713,9 +731,27 @@ async fn a_shared_wildcard_counts_every_value_it_matches_on_one_counter() {
         Api::Grpc,
         "no share_threshold",
         &[
-            step("conf-share", vec![d(&[("pics", "pics/a")])], 0, OK, vec![(OK, 0)]),
-            step("conf-share", vec![d(&[("pics", "pics/b")])], 0, OK, vec![(OK, 0)]),
-            step("conf-share", vec![d(&[("pics", "pics/a")])], 0, OVER, vec![(OVER, 0)]),
+            step(
+                "conf-share",
+                vec![d(&[("pics", "pics/a")])],
+                0,
+                OK,
+                vec![(OK, 0)],
+            ),
+            step(
+                "conf-share",
+                vec![d(&[("pics", "pics/b")])],
+                0,
+                OK,
+                vec![(OK, 0)],
+            ),
+            step(
+                "conf-share",
+                vec![d(&[("pics", "pics/a")])],
+                0,
+                OVER,
+                vec![(OVER, 0)],
+            ),
         ],
     )
     .await;
@@ -726,9 +762,27 @@ async fn a_shared_wildcard_counts_every_value_it_matches_on_one_counter() {
         Api::Json,
         "share_threshold above a nested rule",
         &[
-            step("conf-share", vec![d(&[("tenant", "t-1"), ("op", "read")])], 0, OK, vec![(OK, 0)]),
-            step("conf-share", vec![d(&[("tenant", "t-2"), ("op", "read")])], 0, OVER, vec![(OVER, 0)]),
-            step("conf-share", vec![d(&[("tenant", "t-2"), ("op", "write")])], 0, OK, vec![(OK, 0)]),
+            step(
+                "conf-share",
+                vec![d(&[("tenant", "t-1"), ("op", "read")])],
+                0,
+                OK,
+                vec![(OK, 0)],
+            ),
+            step(
+                "conf-share",
+                vec![d(&[("tenant", "t-2"), ("op", "read")])],
+                0,
+                OVER,
+                vec![(OVER, 0)],
+            ),
+            step(
+                "conf-share",
+                vec![d(&[("tenant", "t-2"), ("op", "write")])],
+                0,
+                OK,
+                vec![(OK, 0)],
+            ),
         ],
     )
     .await;
