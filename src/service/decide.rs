@@ -488,14 +488,7 @@ fn dynamic_metadata(
         let rules: Vec<Option<&DescriptorRule>> = request
             .descriptors
             .iter()
-            .map(|d| {
-                let entries: Vec<(&str, &str)> = d
-                    .entries
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_str()))
-                    .collect();
-                domain.find(&entries).filter(|_| d.limit.is_none())
-            })
+            .map(|d| domain.find(&d.entry_refs()).filter(|_| d.limit.is_none()))
             .collect();
         let replaced: Vec<&Arc<str>> = rules
             .iter()
@@ -569,14 +562,7 @@ fn plan(
     let rules: Vec<Option<&DescriptorRule>> = request
         .descriptors
         .iter()
-        .map(|d| {
-            let entries: Vec<(&str, &str)> = d
-                .entries
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            domain.find(&entries)
-        })
+        .map(|d| domain.find(&d.entry_refs()))
         .collect();
     // envoyproxy's `replaces`: a matched rule naming another matched
     // rule's name takes its place; the replaced one counts nothing.
@@ -590,11 +576,7 @@ fn plan(
         .iter()
         .zip(rules)
         .map(|(d, rule)| {
-            let entries: Vec<(&str, &str)> = d
-                .entries
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
+            let entries = d.entry_refs();
             let detail = rule.and_then(|_| domain.value_path(&entries));
             // share_threshold: the counter is named by the pattern.
             let shared = rule.map_or_else(Vec::new, |_| domain.shared_patterns(&entries));

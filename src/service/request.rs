@@ -77,6 +77,16 @@ pub struct RlsDescriptor {
     pub hits_addend: Option<u64>,
 }
 
+impl RlsDescriptor {
+    /// The entries as borrowed pairs, as `Domain`'s lookups take them.
+    pub(crate) fn entry_refs(&self) -> Vec<(&str, &str)> {
+        self.entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect()
+    }
+}
+
 /// A limit sent with a descriptor: `requests_per_unit` per `unit`, a
 /// fixed window aligned to the epoch like configured ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
