@@ -200,16 +200,14 @@ async fn each_named_limiter_counts_its_decisions_units_and_slots_under_its_name(
     );
     // (name, quota, requests): each refuses what is over its quota.
     let runs = [(Some("alpha"), 3, 5), (Some("beta"), 4, 4), (None, 2, 7)];
-    let mut held = Vec::new();
+    // The decisions hold their in-flight slots until the scrape.
+    let (mut limiters, mut held) = (Vec::new(), Vec::new());
     for (name, quota, requests) in runs {
         let limiter = counting_limiter(dir.path(), name, quota).await;
         for _ in 0..requests {
-            let d = limiter.check_cost(&caller, "free", None, 1).await;
-            held.push(d);
+            held.push(limiter.check_cost(&caller, "free", None, 1).await);
         }
-        held.push(ratewatch::Decision::clone(&held[held.len() - 1]));
-        held.pop();
-        std::mem::forget(limiter);
+        limiters.push(limiter);
     }
 
     let scrape = metrics::render(&handle);
@@ -294,5 +292,5 @@ async fn each_named_limiter_counts_its_decisions_units_and_slots_under_its_name(
         "{scrape}"
     );
     assert!(!scrape.contains(r#"limiter="""#), "no empty label: {scrape}");
-    drop(held);
+    drop((held, limiters));
 }
