@@ -83,9 +83,15 @@ pub fn describe() {
 /// Makes every cost family exist at zero, for each tier on route `*`.
 pub fn register_at_zero(policy: &Policy) {
     describe();
+    let limiter = super::metrics::zero_limiter(policy);
     for tier in &policy.tiers {
         let t = tier.name.clone();
-        counter!(COST_UNITS_TOTAL, LABEL_TIER => t.clone(), LABEL_ROUTE => "*").increment(0);
+        let mut labels = vec![
+            Label::new(LABEL_TIER, t.clone()),
+            Label::new(LABEL_ROUTE, "*"),
+        ];
+        super::metrics::push_limiter(&mut labels, limiter.as_ref());
+        counter!(COST_UNITS_TOTAL, labels).increment(0);
         for o in SETTLE_OUTCOMES {
             counter!(SETTLES_TOTAL, LABEL_TIER => t.clone(), LABEL_ROUTE => "*", super::metrics::LABEL_OUTCOME => o)
                 .increment(0);
@@ -115,8 +121,16 @@ pub fn register_at_zero(policy: &Policy) {
                 UNITS_REFUNDED_TOTAL,
                 UNITS_SETTLED_TOTAL,
             ] {
-                counter!(family, LABEL_TIER => t.clone(), LABEL_UNIT => unit.to_owned())
-                    .increment(0);
+                let mut labels = vec![
+                    Label::new(LABEL_TIER, t.clone()),
+                    Label::new(LABEL_UNIT, unit.to_owned()),
+                ];
+                // Only the charged family is the limiter's: settles are not
+                // split by limiter.
+                if family == UNITS_CHARGED_TOTAL {
+                    super::metrics::push_limiter(&mut labels, limiter.as_ref());
+                }
+                counter!(family, labels).increment(0);
             }
         }
     }

@@ -51,12 +51,17 @@ pub fn describe() {
 /// in-flight limit of the policy, the counters for every shard.
 pub fn register_at_zero(policy: &Policy, shards: &[String]) {
     describe();
+    let limiter = super::metrics::zero_limiter(policy);
     for tier in &policy.tiers {
         let route_limits = policy.routes.iter().flat_map(|r| r.limits.iter());
         for limit in tier.limits.iter().chain(route_limits) {
             if limit.algorithm.is_concurrency() {
-                gauge!(INFLIGHT_SLOTS, LABEL_TIER => tier.name.clone(), LABEL_LIMIT => limit.name.clone())
-                    .increment(0.0);
+                let mut labels = vec![
+                    Label::new(LABEL_TIER, tier.name.clone()),
+                    Label::new(LABEL_LIMIT, limit.name.clone()),
+                ];
+                super::metrics::push_limiter(&mut labels, limiter.as_ref());
+                gauge!(INFLIGHT_SLOTS, labels).increment(0.0);
             }
         }
     }

@@ -272,6 +272,11 @@ pub fn record_named_event(event: &Event, limiter: Option<&Arc<str>>) {
     record_event_rest(event, limiter);
 }
 
+/// The name `policy`'s limiter labels its series with, if it is named.
+pub(crate) fn zero_limiter(policy: &Policy) -> Option<Arc<str>> {
+    policy.telemetry.limiter_name.as_deref().map(Arc::from)
+}
+
 /// Appends `limiter="<name>"` to `labels` when the limiter is named.
 pub(crate) fn push_limiter(labels: &mut Vec<Label>, limiter: Option<&Arc<str>>) {
     if let Some(name) = limiter {
@@ -431,6 +436,9 @@ pub fn register_at_zero(policy: &Policy) {
     super::inflight::register_at_zero(policy, &shards);
     register_store_usage_at_zero(&shards);
     let redis_shards: Vec<&String> = shards.iter().filter(|s| *s != "memory").collect();
+    // The series a named limiter labels with its name exist at zero under it.
+    let limiter = zero_limiter(policy);
+    let limiter = limiter.as_ref();
     let mut policies: Vec<FailurePolicy> = vec![policy.resilience.on_store_failure];
     for r in &policy.routes {
         if let Some(p) = r.on_store_failure {
@@ -455,18 +463,26 @@ pub fn register_at_zero(policy: &Policy) {
             super::FallbackReason::BreakerOpen,
         ] {
             for p in &policies {
-                counter!(
-                    FALLBACKS_TOTAL,
-                    LABEL_SHARD => shard.clone(),
-                    LABEL_REASON => reason.as_str(),
-                    LABEL_POLICY => p.as_str()
-                )
-                .increment(0);
+                let mut labels = vec![
+                    Label::new(LABEL_SHARD, shard.clone()),
+                    Label::new(LABEL_REASON, reason.as_str()),
+                    Label::new(LABEL_POLICY, p.as_str()),
+                ];
+                push_limiter(&mut labels, limiter);
+                counter!(FALLBACKS_TOTAL, labels).increment(0);
             }
         }
         for op in [RttOp::Decide, RttOp::Telemetry] {
             // Registering is enough: the histogram renders with zero counts.
-            let _ = metrics::histogram!(REDIS_RTT_SECONDS, LABEL_SHARD => shard.clone(), LABEL_OP => op.as_str());
+            let mut labels = vec![
+                Label::new(LABEL_SHARD, shard.clone()),
+                Label::new(LABEL_OP, op.as_str()),
+            ];
+            // Decide round trips are the limiter's; telemetry flushes the store's.
+            if op == RttOp::Decide {
+                push_limiter(&mut labels, limiter);
+            }
+            let _ = metrics::histogram!(REDIS_RTT_SECONDS, labels);
         }
     }
     // Evictions: the memory store, or the local fallback's store of a
@@ -500,8 +516,12 @@ pub fn register_at_zero(policy: &Policy) {
         limits.sort_unstable();
         limits.dedup();
         for limit in limits {
-            counter!(LIMIT_EXCEEDED_TOTAL, LABEL_TIER => tier.name.clone(), LABEL_LIMIT => limit.to_owned())
-                .increment(0);
+            let mut labels = vec![
+                Label::new(LABEL_TIER, tier.name.clone()),
+                Label::new(LABEL_LIMIT, limit.to_owned()),
+            ];
+            push_limiter(&mut labels, limiter);
+            counter!(LIMIT_EXCEEDED_TOTAL, labels).increment(0);
         }
         if decision_series > MAX_ZERO_DECISION_SERIES {
             continue;
@@ -509,14 +529,14 @@ pub fn register_at_zero(policy: &Policy) {
         for route in &routes {
             for shard in &shards {
                 for o in outcomes {
-                    counter!(
-                        DECISIONS_TOTAL,
-                        LABEL_TIER => tier.name.clone(),
-                        LABEL_ROUTE => route.clone(),
-                        LABEL_SHARD => shard.clone(),
-                        LABEL_OUTCOME => o.as_str()
-                    )
-                    .increment(0);
+                    let mut labels = vec![
+                        Label::new(LABEL_TIER, tier.name.clone()),
+                        Label::new(LABEL_ROUTE, route.clone()),
+                        Label::new(LABEL_SHARD, shard.clone()),
+                        Label::new(LABEL_OUTCOME, o.as_str()),
+                    ];
+                    push_limiter(&mut labels, limiter);
+                    counter!(DECISIONS_TOTAL, labels).increment(0);
                 }
             }
         }
