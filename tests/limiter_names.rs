@@ -287,6 +287,9 @@ async fn each_named_limiter_counts_its_decisions_units_and_slots_under_its_name(
         vec!["2"],
         "{scrape}"
     );
-    assert!(!scrape.contains(r#"limiter="""#), "no empty label: {scrape}");
+    assert!(
+        !scrape.contains(r#"limiter="""#),
+        "no empty label: {scrape}"
+    );
     drop((held, limiters));
 }

@@ -159,12 +159,7 @@ pub(crate) fn units_settled(tier: &str, unit: &str, refunded: bool, units: u64) 
 
 /// An admitted request charged `units` at its decision, by the limiter
 /// named `limiter` (`None`: an unnamed one, no `limiter` label).
-pub(crate) fn charged_at_decision(
-    tier: &str,
-    route: &str,
-    limiter: Option<&Arc<str>>,
-    units: u64,
-) {
+pub(crate) fn charged_at_decision(tier: &str, route: &str, limiter: Option<&Arc<str>>, units: u64) {
     let mut labels = vec![
         Label::new(LABEL_TIER, tier.to_owned()),
         Label::new(LABEL_ROUTE, route.to_owned()),
