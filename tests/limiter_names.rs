@@ -183,6 +183,10 @@ limits = [
   {{ name = "hourly", algorithm = "fixed_window", limit = {quota}, window = "1h" }},
   {{ name = "inflight", algorithm = "concurrency", limit = 1000 }},
 ]
+
+[[tiers]]
+name = "anonymous"
+limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }}]
 "#
         ),
     )
