@@ -282,12 +282,18 @@ async fn each_named_limiter_counts_its_decisions_units_and_slots_under_its_name(
         "{scrape}"
     );
     assert_eq!(
-        unnamed("ratewatch_units_charged_total", &[r#"tier="free""#, r#"unit="requests""#]),
+        unnamed(
+            "ratewatch_units_charged_total",
+            &[r#"tier="free""#, r#"unit="requests""#]
+        ),
         vec!["2"],
         "{scrape}"
     );
     assert_eq!(
-        unnamed("ratewatch_inflight_slots", &[r#"tier="free""#, r#"limit="inflight""#]),
+        unnamed(
+            "ratewatch_inflight_slots",
+            &[r#"tier="free""#, r#"limit="inflight""#]
+        ),
         vec!["2"],
         "{scrape}"
     );
