@@ -165,3 +165,141 @@ fn a_limiter_name_that_could_not_be_a_label_value_is_refused_with_its_field() {
         "{built}"
     );
 }
+
+/// A memory-store limiter, named or not, whose `free` tier admits `quota`
+/// requests an hour and holds in-flight slots.
+async fn counting_limiter(dir: &Path, name: Option<&str>, quota: u64) -> Limiter {
+    let telemetry = name.map_or(String::new(), |n| {
+        format!("[telemetry]\nlimiter_name = \"{n}\"\n")
+    });
+    let file = dir.join(format!("{}.toml", name.unwrap_or("unnamed")));
+    std::fs::write(
+        &file,
+        format!(
+            r#"{telemetry}
+[[tiers]]
+name = "free"
+limits = [
+  {{ name = "hourly", algorithm = "fixed_window", limit = {quota}, window = "1h" }},
+  {{ name = "inflight", algorithm = "concurrency", limit = 1000 }},
+]
+
+[[tiers]]
+name = "anonymous"
+limits = [{{ name = "burst", algorithm = "token_bucket", capacity = 5, refill_per_second = 1 }}]
+"#
+        ),
+    )
+    .unwrap();
+    limiter(&file).await
+}
+
+#[tokio::test]
+async fn each_named_limiter_counts_its_decisions_units_and_slots_under_its_name() {
+    let handle = metrics::install_prometheus().expect("install the recorder");
+    let dir = tempfile::tempdir().unwrap();
+    let caller = ratewatch::identity::Identity::new(
+        ratewatch::identity::IdentityKind::ApiKey,
+        "free_aaaaaaaaaaaa",
+    );
+    // (name, quota, requests): each refuses what is over its quota.
+    let runs = [(Some("alpha"), 3, 5), (Some("beta"), 4, 4), (None, 2, 7)];
+    // The decisions hold their in-flight slots until the scrape.
+    let (mut limiters, mut held) = (Vec::new(), Vec::new());
+    for (name, quota, requests) in runs {
+        let limiter = counting_limiter(dir.path(), name, quota).await;
+        for _ in 0..requests {
+            held.push(limiter.check_cost(&caller, "free", None, 1).await);
+        }
+        limiters.push(limiter);
+    }
+
+    let scrape = metrics::render(&handle);
+    let decisions = "ratewatch_decisions_total";
+    for (name, quota, requests) in runs {
+        let allowed = quota.min(requests);
+        let blocked = requests - allowed;
+        let Some(name) = name else { continue };
+        let named = format!(r#"limiter="{name}""#);
+        for (outcome, n) in [("allowed", allowed), ("blocked", blocked)] {
+            // Every series exists at zero from start-up, under its name.
+            assert_eq!(
+                value(
+                    &scrape,
+                    decisions,
+                    &[&named, r#"tier="free""#, &format!(r#"outcome="{outcome}""#)]
+                ),
+                vec![n.to_string()],
+                "{name} {outcome}: {scrape}"
+            );
+        }
+        assert_eq!(
+            value(
+                &scrape,
+                "ratewatch_units_charged_total",
+                &[&named, r#"tier="free""#, r#"unit="requests""#]
+            ),
+            vec![allowed.to_string()],
+            "{name}: {scrape}"
+        );
+        assert_eq!(
+            value(
+                &scrape,
+                "ratewatch_inflight_slots",
+                &[&named, r#"tier="free""#, r#"limit="inflight""#]
+            ),
+            vec![allowed.to_string()],
+            "{name}: {scrape}"
+        );
+        assert_eq!(
+            value(
+                &scrape,
+                "ratewatch_limit_exceeded_total",
+                &[&named, r#"tier="free""#, r#"limit="hourly""#]
+            ),
+            vec![blocked.to_string()],
+            "{name}: {scrape}"
+        );
+    }
+    // The unnamed limiter's series carry no `limiter` label at all, and
+    // hold its counts alone.
+    let unnamed = |family: &str, labels: &[&str]| -> Vec<String> {
+        scrape
+            .lines()
+            .filter(|l| l.starts_with(&format!("{family}{{")) && !l.contains("limiter="))
+            .filter(|l| labels.iter().all(|want| l.contains(want)))
+            .map(|l| l.rsplit(' ').next().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        unnamed(decisions, &[r#"tier="free""#, r#"outcome="allowed""#]),
+        vec!["2"],
+        "{scrape}"
+    );
+    assert_eq!(
+        unnamed(decisions, &[r#"tier="free""#, r#"outcome="blocked""#]),
+        vec!["5"],
+        "{scrape}"
+    );
+    assert_eq!(
+        unnamed(
+            "ratewatch_units_charged_total",
+            &[r#"tier="free""#, r#"unit="requests""#]
+        ),
+        vec!["2"],
+        "{scrape}"
+    );
+    assert_eq!(
+        unnamed(
+            "ratewatch_inflight_slots",
+            &[r#"tier="free""#, r#"limit="inflight""#]
+        ),
+        vec!["2"],
+        "{scrape}"
+    );
+    assert!(
+        !scrape.contains(r#"limiter="""#),
+        "no empty label: {scrape}"
+    );
+    drop((held, limiters));
+}

@@ -358,6 +358,7 @@ impl Limiter {
             holder.to_owned(),
             d.shard.clone(),
             tier.clone(),
+            self.inner.telemetry.limiter().cloned(),
         ))
     }
 

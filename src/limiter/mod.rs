@@ -183,7 +183,8 @@ impl LimiterBuilder {
         };
         let telemetry = self
             .telemetry
-            .unwrap_or_else(|| Telemetry::for_store(&policy.telemetry, &policy.store));
+            .unwrap_or_else(|| Telemetry::for_store(&policy.telemetry, &policy.store))
+            .named(policy.telemetry.limiter_name.as_deref());
         metrics_handler::prepare(&policy);
         crate::telemetry::metrics::init_identity_metrics();
         // After the recorder: the store's counts exist at zero from here on.

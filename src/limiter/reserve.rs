@@ -213,7 +213,12 @@ impl Limiter {
         }
         if explicit && p.cost > 0 {
             let route = route_label(live, p.route);
-            crate::telemetry::cost::charged_at_decision(&decision.tier, &route, p.cost);
+            crate::telemetry::cost::charged_at_decision(
+                &decision.tier,
+                &route,
+                self.inner.telemetry.limiter(),
+                p.cost,
+            );
         }
         // Per unit where units are in play: the one-unit path counts nothing more.
         if !(explicit || p.per_unit) {
@@ -228,7 +233,12 @@ impl Limiter {
             {
                 continue;
             }
-            crate::telemetry::cost::units_charged(&decision.tier, &limit.unit, units);
+            crate::telemetry::cost::units_charged(
+                &decision.tier,
+                &limit.unit,
+                self.inner.telemetry.limiter(),
+                units,
+            );
             charged.add(limit.unit.clone(), units);
         }
         charged

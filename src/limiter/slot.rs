@@ -70,6 +70,8 @@ struct Held {
     shard: Arc<str>,
     tier: Arc<str>,
     limits: Vec<Arc<str>>,
+    /// The limiter's name, for the slots gauge's `limiter` label.
+    limiter: Option<Arc<str>>,
     book: Weak<Slots>,
     runtime: Option<tokio::runtime::Handle>,
     /// When this holder is next due for renewal.
@@ -94,7 +96,7 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         for l in &self.limits {
-            inflight::slots(&self.tier, l, -1.0);
+            inflight::slots(&self.tier, l, self.limiter.as_ref(), -1.0);
         }
         if let Some(book) = self.book.upgrade() {
             book.held.lock().remove(&self.holder);
@@ -158,9 +160,10 @@ impl Slots {
         holder: String,
         shard: Arc<str>,
         tier: Arc<str>,
+        limiter: Option<Arc<str>>,
     ) -> Slot {
         for l in &limits {
-            inflight::slots(&tier, l, 1.0);
+            inflight::slots(&tier, l, limiter.as_ref(), 1.0);
         }
         let runtime = tokio::runtime::Handle::try_current().ok();
         let mut held = Held {
@@ -170,6 +173,7 @@ impl Slots {
             shard,
             tier,
             limits,
+            limiter,
             book: Arc::downgrade(self),
             runtime: runtime.clone(),
             due: Mutex::new(tokio::time::Instant::now()),

@@ -4,7 +4,9 @@
 //! never an identity. Every family exists at zero from start-up
 //! ([`register_at_zero`]).
 
-use metrics::{counter, describe_counter, describe_gauge, gauge};
+use std::sync::Arc;
+
+use metrics::{Label, counter, describe_counter, describe_gauge, gauge};
 
 use super::metrics::{LABEL_LIMIT, LABEL_ROUTE, LABEL_TIER};
 use crate::policy::Policy;
@@ -81,9 +83,15 @@ pub fn describe() {
 /// Makes every cost family exist at zero, for each tier on route `*`.
 pub fn register_at_zero(policy: &Policy) {
     describe();
+    let limiter = super::metrics::zero_limiter(policy);
     for tier in &policy.tiers {
         let t = tier.name.clone();
-        counter!(COST_UNITS_TOTAL, LABEL_TIER => t.clone(), LABEL_ROUTE => "*").increment(0);
+        let mut labels = vec![
+            Label::new(LABEL_TIER, t.clone()),
+            Label::new(LABEL_ROUTE, "*"),
+        ];
+        super::metrics::push_limiter(&mut labels, limiter.as_ref());
+        counter!(COST_UNITS_TOTAL, labels).increment(0);
         for o in SETTLE_OUTCOMES {
             counter!(SETTLES_TOTAL, LABEL_TIER => t.clone(), LABEL_ROUTE => "*", super::metrics::LABEL_OUTCOME => o)
                 .increment(0);
@@ -113,17 +121,30 @@ pub fn register_at_zero(policy: &Policy) {
                 UNITS_REFUNDED_TOTAL,
                 UNITS_SETTLED_TOTAL,
             ] {
-                counter!(family, LABEL_TIER => t.clone(), LABEL_UNIT => unit.to_owned())
-                    .increment(0);
+                let mut labels = vec![
+                    Label::new(LABEL_TIER, t.clone()),
+                    Label::new(LABEL_UNIT, unit.to_owned()),
+                ];
+                // Only the charged family is the limiter's: settles are not
+                // split by limiter.
+                if family == UNITS_CHARGED_TOTAL {
+                    super::metrics::push_limiter(&mut labels, limiter.as_ref());
+                }
+                counter!(family, labels).increment(0);
             }
         }
     }
 }
 
-/// An admitted request charged `units` of `unit` at its decision.
-pub(crate) fn units_charged(tier: &str, unit: &str, units: u64) {
-    counter!(UNITS_CHARGED_TOTAL, LABEL_TIER => tier.to_owned(), LABEL_UNIT => unit.to_owned())
-        .increment(units);
+/// An admitted request charged `units` of `unit` at its decision, by the
+/// limiter named `limiter` (`None`: an unnamed one, no `limiter` label).
+pub(crate) fn units_charged(tier: &str, unit: &str, limiter: Option<&Arc<str>>, units: u64) {
+    let mut labels = vec![
+        Label::new(LABEL_TIER, tier.to_owned()),
+        Label::new(LABEL_UNIT, unit.to_owned()),
+    ];
+    super::metrics::push_limiter(&mut labels, limiter);
+    counter!(UNITS_CHARGED_TOTAL, labels).increment(units);
 }
 
 /// A settle gave back (`refunded`) or charged `units` of `unit`.
@@ -136,10 +157,15 @@ pub(crate) fn units_settled(tier: &str, unit: &str, refunded: bool, units: u64) 
     counter!(family, LABEL_TIER => tier.to_owned(), LABEL_UNIT => unit.to_owned()).increment(units);
 }
 
-/// An admitted request charged `units` at its decision.
-pub(crate) fn charged_at_decision(tier: &str, route: &str, units: u64) {
-    counter!(COST_UNITS_TOTAL, LABEL_TIER => tier.to_owned(), LABEL_ROUTE => route.to_owned())
-        .increment(units);
+/// An admitted request charged `units` at its decision, by the limiter
+/// named `limiter` (`None`: an unnamed one, no `limiter` label).
+pub(crate) fn charged_at_decision(tier: &str, route: &str, limiter: Option<&Arc<str>>, units: u64) {
+    let mut labels = vec![
+        Label::new(LABEL_TIER, tier.to_owned()),
+        Label::new(LABEL_ROUTE, route.to_owned()),
+    ];
+    super::metrics::push_limiter(&mut labels, limiter);
+    counter!(COST_UNITS_TOTAL, labels).increment(units);
 }
 
 /// A settle ended: `outcome` is `charged`, `refunded`, `failed` or `stale`; `units`

@@ -15,7 +15,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
 
 use ahash::AHashMap;
-use metrics::{Counter, Recorder, counter};
+use metrics::{Counter, Label, Recorder, counter};
 
 use super::Event;
 use super::metrics::{DECISIONS_TOTAL, LABEL_OUTCOME, LABEL_ROUTE, LABEL_SHARD, LABEL_TIER};
@@ -26,11 +26,12 @@ const MAX_CACHED: usize = 1024;
 /// The address of ratewatch's own global recorder, once installed.
 static OWN: OnceLock<usize> = OnceLock::new();
 
-/// A series by the addresses of its tier, route and shard, and its outcome.
-type Series = (usize, usize, usize, u8);
+/// A series by the addresses of its tier, route, shard and limiter name
+/// (0 for an unnamed limiter), and its outcome.
+type Series = (usize, usize, usize, usize, u8);
 
 /// The labels a cached handle keeps alive, and the handle.
-type Cached = (Arc<str>, Arc<str>, Arc<str>, Counter);
+type Cached = (Arc<str>, Arc<str>, Arc<str>, Option<Arc<str>>, Counter);
 
 thread_local! {
     static DECISIONS: RefCell<AHashMap<Series, Cached>> = RefCell::new(AHashMap::new());
@@ -49,10 +50,11 @@ pub(crate) fn note_own_recorder() {
     }
 }
 
-/// Counts `e` in `ratewatch_decisions_total` through a cached handle.
-/// `false` when it did not (another recorder is in force, or the cache is
-/// full): the caller counts it the usual way.
-pub(crate) fn count_decision(e: &Event) -> bool {
+/// Counts `e` in `ratewatch_decisions_total` through a cached handle,
+/// under `limiter="<name>"` when the limiter is named. `false` when it did
+/// not (another recorder is in force, or the cache is full): the caller
+/// counts it the usual way.
+pub(crate) fn count_decision(e: &Event, limiter: Option<&Arc<str>>) -> bool {
     match OWN.get() {
         Some(&own) if own == current_recorder() => {}
         _ => return false,
@@ -61,6 +63,7 @@ pub(crate) fn count_decision(e: &Event) -> bool {
         Arc::as_ptr(&e.tier).cast::<u8>() as usize,
         Arc::as_ptr(&e.route).cast::<u8>() as usize,
         Arc::as_ptr(&e.shard).cast::<u8>() as usize,
+        limiter.map_or(0, |l| Arc::as_ptr(l).cast::<u8>() as usize),
         e.outcome as u8,
     );
     DECISIONS.with_borrow_mut(|cache| {
@@ -71,17 +74,24 @@ pub(crate) fn count_decision(e: &Event) -> bool {
         if cache.len() >= MAX_CACHED {
             return false;
         }
-        let c = counter!(
-            DECISIONS_TOTAL,
-            LABEL_TIER => e.tier.clone(),
-            LABEL_ROUTE => e.route.clone(),
-            LABEL_SHARD => e.shard.clone(),
-            LABEL_OUTCOME => e.outcome.as_str()
-        );
+        let mut labels = vec![
+            Label::new(LABEL_TIER, e.tier.clone()),
+            Label::new(LABEL_ROUTE, e.route.clone()),
+            Label::new(LABEL_SHARD, e.shard.clone()),
+            Label::new(LABEL_OUTCOME, e.outcome.as_str()),
+        ];
+        super::metrics::push_limiter(&mut labels, limiter);
+        let c = counter!(DECISIONS_TOTAL, labels);
         c.increment(1);
         cache.insert(
             series,
-            (e.tier.clone(), e.route.clone(), e.shard.clone(), c),
+            (
+                e.tier.clone(),
+                e.route.clone(),
+                e.shard.clone(),
+                limiter.cloned(),
+                c,
+            ),
         );
         true
     })

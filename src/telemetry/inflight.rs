@@ -5,7 +5,9 @@
 //! start-up for every in-flight limit and configured shard
 //! ([`register_at_zero`]).
 
-use metrics::{counter, describe_counter, describe_gauge, gauge};
+use std::sync::Arc;
+
+use metrics::{Label, counter, describe_counter, describe_gauge, gauge};
 
 use super::metrics::{LABEL_LIMIT, LABEL_SHARD, LABEL_TIER};
 use crate::policy::Policy;
@@ -49,12 +51,17 @@ pub fn describe() {
 /// in-flight limit of the policy, the counters for every shard.
 pub fn register_at_zero(policy: &Policy, shards: &[String]) {
     describe();
+    let limiter = super::metrics::zero_limiter(policy);
     for tier in &policy.tiers {
         let route_limits = policy.routes.iter().flat_map(|r| r.limits.iter());
         for limit in tier.limits.iter().chain(route_limits) {
             if limit.algorithm.is_concurrency() {
-                gauge!(INFLIGHT_SLOTS, LABEL_TIER => tier.name.clone(), LABEL_LIMIT => limit.name.clone())
-                    .increment(0.0);
+                let mut labels = vec![
+                    Label::new(LABEL_TIER, tier.name.clone()),
+                    Label::new(LABEL_LIMIT, limit.name.clone()),
+                ];
+                super::metrics::push_limiter(&mut labels, limiter.as_ref());
+                gauge!(INFLIGHT_SLOTS, labels).increment(0.0);
             }
         }
     }
@@ -65,10 +72,16 @@ pub fn register_at_zero(policy: &Policy, shards: &[String]) {
     }
 }
 
-/// `delta` slots taken (+) or given back (-) under `tier`'s `limit`.
-pub(crate) fn slots(tier: &str, limit: &str, delta: f64) {
-    gauge!(INFLIGHT_SLOTS, LABEL_TIER => tier.to_owned(), LABEL_LIMIT => limit.to_owned())
-        .increment(delta);
+/// `delta` slots taken (+) or given back (-) under `tier`'s `limit`, by
+/// the limiter named `limiter` (the gauge carries `limiter="<name>"`) or
+/// an unnamed one (`None`: no such label).
+pub(crate) fn slots(tier: &str, limit: &str, limiter: Option<&Arc<str>>, delta: f64) {
+    let mut labels = vec![
+        Label::new(LABEL_TIER, tier.to_owned()),
+        Label::new(LABEL_LIMIT, limit.to_owned()),
+    ];
+    super::metrics::push_limiter(&mut labels, limiter);
+    gauge!(INFLIGHT_SLOTS, labels).increment(delta);
     let mut held = HELD.lock();
     let step = delta as i64;
     if let Some((_, _, n)) = held.iter_mut().find(|(t, l, _)| t == tier && l == limit) {

@@ -12,12 +12,12 @@
 //! assert!(text.contains("ratewatch_breaker_state{shard=\"127.0.0.1:6379\"} 2"));
 //! ```
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crate::policy::{FailurePolicy, Policy, StoreKind};
 use std::time::Duration;
 
-use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge};
+use metrics::{Label, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
 use super::Event;
@@ -251,42 +251,65 @@ pub fn record_dropped(reason: DropReason, events: u64) {
 /// The Prometheus side of one decision: decisions, exceeded limits,
 /// fallbacks and the decision's Redis round trip.
 pub fn record_event(event: &Event) {
-    if super::counters::count_decision(event) {
-        return record_event_rest(event);
-    }
-    counter!(
-        DECISIONS_TOTAL,
-        LABEL_TIER => event.tier.clone(),
-        LABEL_ROUTE => event.route.clone(),
-        LABEL_SHARD => event.shard.clone(),
-        LABEL_OUTCOME => event.outcome.as_str()
-    )
-    .increment(1);
-    record_event_rest(event);
+    record_named_event(event, None);
 }
 
-/// Everything of [`record_event`] but the decision counter.
-fn record_event_rest(event: &Event) {
+/// [`record_event`] for a limiter named `limiter`: every series also
+/// carries `limiter="<name>"`. `None` records exactly what
+/// [`record_event`] does, no label added.
+pub fn record_named_event(event: &Event, limiter: Option<&Arc<str>>) {
+    if super::counters::count_decision(event, limiter) {
+        return record_event_rest(event, limiter);
+    }
+    let mut labels = vec![
+        Label::new(LABEL_TIER, event.tier.clone()),
+        Label::new(LABEL_ROUTE, event.route.clone()),
+        Label::new(LABEL_SHARD, event.shard.clone()),
+        Label::new(LABEL_OUTCOME, event.outcome.as_str()),
+    ];
+    push_limiter(&mut labels, limiter);
+    counter!(DECISIONS_TOTAL, labels).increment(1);
+    record_event_rest(event, limiter);
+}
+
+/// The name `policy`'s limiter labels its series with, if it is named.
+pub(crate) fn zero_limiter(policy: &Policy) -> Option<Arc<str>> {
+    policy.telemetry.limiter_name.as_deref().map(Arc::from)
+}
+
+/// Appends `limiter="<name>"` to `labels` when the limiter is named.
+pub(crate) fn push_limiter(labels: &mut Vec<Label>, limiter: Option<&Arc<str>>) {
+    if let Some(name) = limiter {
+        labels.push(Label::new(LABEL_LIMITER, name.clone()));
+    }
+}
+
+/// Everything of [`record_named_event`] but the decision counter.
+fn record_event_rest(event: &Event, limiter: Option<&Arc<str>>) {
     for limit in &event.exceeded {
-        counter!(LIMIT_EXCEEDED_TOTAL, LABEL_TIER => event.tier.clone(), LABEL_LIMIT => limit.clone())
-            .increment(1);
+        let mut labels = vec![
+            Label::new(LABEL_TIER, event.tier.clone()),
+            Label::new(LABEL_LIMIT, limit.clone()),
+        ];
+        push_limiter(&mut labels, limiter);
+        counter!(LIMIT_EXCEEDED_TOTAL, labels).increment(1);
     }
     if let Some((reason, policy)) = event.fallback {
-        counter!(
-            FALLBACKS_TOTAL,
-            LABEL_SHARD => event.shard.clone(),
-            LABEL_REASON => reason.as_str(),
-            LABEL_POLICY => policy.as_str()
-        )
-        .increment(1);
+        let mut labels = vec![
+            Label::new(LABEL_SHARD, event.shard.clone()),
+            Label::new(LABEL_REASON, reason.as_str()),
+            Label::new(LABEL_POLICY, policy.as_str()),
+        ];
+        push_limiter(&mut labels, limiter);
+        counter!(FALLBACKS_TOTAL, labels).increment(1);
     }
     if let Some(rtt) = event.redis_rtt {
-        metrics::histogram!(
-            REDIS_RTT_SECONDS,
-            LABEL_SHARD => event.shard.clone(),
-            LABEL_OP => RttOp::Decide.as_str()
-        )
-        .record(rtt.as_secs_f64());
+        let mut labels = vec![
+            Label::new(LABEL_SHARD, event.shard.clone()),
+            Label::new(LABEL_OP, RttOp::Decide.as_str()),
+        ];
+        push_limiter(&mut labels, limiter);
+        metrics::histogram!(REDIS_RTT_SECONDS, labels).record(rtt.as_secs_f64());
     }
 }
 
@@ -413,6 +436,9 @@ pub fn register_at_zero(policy: &Policy) {
     super::inflight::register_at_zero(policy, &shards);
     register_store_usage_at_zero(&shards);
     let redis_shards: Vec<&String> = shards.iter().filter(|s| *s != "memory").collect();
+    // The series a named limiter labels with its name exist at zero under it.
+    let limiter = zero_limiter(policy);
+    let limiter = limiter.as_ref();
     let mut policies: Vec<FailurePolicy> = vec![policy.resilience.on_store_failure];
     for r in &policy.routes {
         if let Some(p) = r.on_store_failure {
@@ -437,18 +463,26 @@ pub fn register_at_zero(policy: &Policy) {
             super::FallbackReason::BreakerOpen,
         ] {
             for p in &policies {
-                counter!(
-                    FALLBACKS_TOTAL,
-                    LABEL_SHARD => shard.clone(),
-                    LABEL_REASON => reason.as_str(),
-                    LABEL_POLICY => p.as_str()
-                )
-                .increment(0);
+                let mut labels = vec![
+                    Label::new(LABEL_SHARD, shard.clone()),
+                    Label::new(LABEL_REASON, reason.as_str()),
+                    Label::new(LABEL_POLICY, p.as_str()),
+                ];
+                push_limiter(&mut labels, limiter);
+                counter!(FALLBACKS_TOTAL, labels).increment(0);
             }
         }
         for op in [RttOp::Decide, RttOp::Telemetry] {
             // Registering is enough: the histogram renders with zero counts.
-            let _ = metrics::histogram!(REDIS_RTT_SECONDS, LABEL_SHARD => shard.clone(), LABEL_OP => op.as_str());
+            let mut labels = vec![
+                Label::new(LABEL_SHARD, shard.clone()),
+                Label::new(LABEL_OP, op.as_str()),
+            ];
+            // Decide round trips are the limiter's; telemetry flushes the store's.
+            if op == RttOp::Decide {
+                push_limiter(&mut labels, limiter);
+            }
+            let _ = metrics::histogram!(REDIS_RTT_SECONDS, labels);
         }
     }
     // Evictions: the memory store, or the local fallback's store of a
@@ -482,8 +516,12 @@ pub fn register_at_zero(policy: &Policy) {
         limits.sort_unstable();
         limits.dedup();
         for limit in limits {
-            counter!(LIMIT_EXCEEDED_TOTAL, LABEL_TIER => tier.name.clone(), LABEL_LIMIT => limit.to_owned())
-                .increment(0);
+            let mut labels = vec![
+                Label::new(LABEL_TIER, tier.name.clone()),
+                Label::new(LABEL_LIMIT, limit.to_owned()),
+            ];
+            push_limiter(&mut labels, limiter);
+            counter!(LIMIT_EXCEEDED_TOTAL, labels).increment(0);
         }
         if decision_series > MAX_ZERO_DECISION_SERIES {
             continue;
@@ -491,14 +529,14 @@ pub fn register_at_zero(policy: &Policy) {
         for route in &routes {
             for shard in &shards {
                 for o in outcomes {
-                    counter!(
-                        DECISIONS_TOTAL,
-                        LABEL_TIER => tier.name.clone(),
-                        LABEL_ROUTE => route.clone(),
-                        LABEL_SHARD => shard.clone(),
-                        LABEL_OUTCOME => o.as_str()
-                    )
-                    .increment(0);
+                    let mut labels = vec![
+                        Label::new(LABEL_TIER, tier.name.clone()),
+                        Label::new(LABEL_ROUTE, route.clone()),
+                        Label::new(LABEL_SHARD, shard.clone()),
+                        Label::new(LABEL_OUTCOME, o.as_str()),
+                    ];
+                    push_limiter(&mut labels, limiter);
+                    counter!(DECISIONS_TOTAL, labels).increment(0);
                 }
             }
         }
@@ -541,9 +579,10 @@ pub fn describe_policy() {
     );
 }
 
-/// Label: the limiter's name (`[telemetry] limiter_name`), on the
-/// live-policy series of a named limiter only, so several limiters in one
-/// process each keep their own reload status.
+/// Label: the limiter's name (`[telemetry] limiter_name`), on every series
+/// a named limiter records (decisions, units, in-flight slots, fallbacks,
+/// reload status ...), so several limiters in one process each keep their
+/// own. An unnamed limiter's series carry no such label.
 pub const LABEL_LIMITER: &str = "limiter";
 
 /// `labels`, plus `limiter` when the limiter is named.

@@ -211,6 +211,9 @@ pub struct Backlog {
 #[derive(Clone, Default)]
 pub struct Telemetry {
     inner: Option<Arc<Inner>>,
+    /// The limiter's name (`[telemetry] limiter_name`): every metric this
+    /// handle records carries it as a `limiter` label. `None` adds nothing.
+    limiter: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -223,6 +226,7 @@ impl std::fmt::Debug for Telemetry {
         };
         f.debug_struct("Telemetry")
             .field("fleet_view", &kind)
+            .field("limiter", &self.limiter)
             .finish()
     }
 }
@@ -236,7 +240,10 @@ impl Telemetry {
     /// Prometheus metrics only, no fleet view (the cheapest; for benchmarks
     /// and for limiters that do not want a dashboard).
     pub fn disabled() -> Self {
-        Self { inner: None }
+        Self {
+            inner: None,
+            limiter: None,
+        }
     }
 
     /// The fleet view kept in process (the memory store: one instance is
@@ -319,13 +326,34 @@ impl Telemetry {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(flush_loop(Arc::downgrade(&inner), settings.flush_interval));
         }
-        Self { inner: Some(inner) }
+        Self {
+            inner: Some(inner),
+            limiter: None,
+        }
+    }
+
+    /// This pipeline, recording its metrics under `limiter="<name>"` when
+    /// `name` is `Some` (a named limiter), without that label when `None`.
+    /// Clones share the fleet view; only this handle carries the name.
+    pub fn named(mut self, name: Option<&str>) -> Self {
+        self.limiter = name.map(Arc::from);
+        self
+    }
+
+    /// The limiter's name its metrics carry, if it has one.
+    pub fn limiter_name(&self) -> Option<&str> {
+        self.limiter.as_deref()
+    }
+
+    /// The name as the metric functions take it.
+    pub(crate) fn limiter(&self) -> Option<&Arc<str>> {
+        self.limiter.as_ref()
     }
 
     /// Records one decision: Prometheus metrics, then the interval's
     /// aggregate. Never blocks beyond one short lock, never fails.
     pub fn record(&self, event: &Event) {
-        metrics::record_event(event);
+        metrics::record_named_event(event, self.limiter.as_ref());
         if let Some(inner) = &self.inner {
             inner.batch.add(event);
         }
