@@ -23,7 +23,7 @@ fn events() -> Vec<Event> {
             exceeded: Vec::new(),
             outcome: Outcome::ALL[i % 5],
             shard: Arc::from("127.0.0.1:6379"),
-            identity: format!("free_tk…{:04x}", i % 200),
+            identity: format!("free_tk…{:04x}", i % 200).into(),
             cost: 1,
             units: Default::default(),
             redis_rtt: Some(Duration::from_micros(200 + i as u64)),

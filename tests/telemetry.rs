@@ -35,7 +35,7 @@ fn event(tier: &str, outcome: Outcome, identity: &str, shard: &str) -> Event {
         },
         outcome,
         shard: Arc::from(shard),
-        identity: identity.to_owned(),
+        identity: identity.into(),
         cost: 1,
         units: Default::default(),
         redis_rtt: Some(Duration::from_micros(300)),

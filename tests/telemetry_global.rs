@@ -18,7 +18,7 @@ fn event(outcome: Outcome, identity: &str) -> Event {
         exceeded: vec![Arc::from("minute")],
         outcome,
         shard: Arc::from("127.0.0.1:6379"),
-        identity: identity.to_owned(),
+        identity: identity.into(),
         cost: 1,
         units: Default::default(),
         redis_rtt: Some(Duration::from_micros(80)),

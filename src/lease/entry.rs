@@ -525,7 +525,7 @@ mod tests {
     fn answer(allowed: bool, verdicts: Vec<Verdict>, now: Micros) -> StoreDecision {
         StoreDecision {
             allowed,
-            verdicts,
+            verdicts: verdicts.into(),
             shard: "s".into(),
             now,
             rtt: None,

@@ -377,7 +377,7 @@ mod tests {
     fn admitted(now: Micros) -> StoreDecision {
         StoreDecision {
             allowed: true,
-            verdicts: vec![Verdict {
+            verdicts: smallvec::smallvec![Verdict {
                 allowed: true,
                 remaining: (QUOTA / 2) as f64,
                 reset_after_us: 1_000,
@@ -479,7 +479,7 @@ mod tests {
         };
         let grant = |t: Micros| StoreDecision {
             allowed: true,
-            verdicts: vec![Verdict {
+            verdicts: smallvec::smallvec![Verdict {
                 allowed: true,
                 remaining: 500.0,
                 reset_after_us: 1_000_000,

@@ -385,8 +385,9 @@ impl Limiter {
             let identity = if telemetry.keeps_identities() {
                 Identity::new(IdentityKind::Custom, group.shown)
                     .display(policy.telemetry.key_display)
+                    .into()
             } else {
-                String::new()
+                super::record::no_display()
             };
             let limit = report
                 .limits

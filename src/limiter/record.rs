@@ -16,21 +16,36 @@ struct LastDisplay {
     kind: IdentityKind,
     ip: Option<IpAddr>,
     mode: KeyDisplay,
-    display: String,
+    name: Option<String>,
+    display: Arc<str>,
 }
 
 thread_local! {
     /// A client's decisions come in runs (a keep-alive connection, a retry
-    /// loop), and masking costs several times a copy. Never holds a raw
-    /// key: the raw display mode is not memoised.
+    /// loop), and masking costs several times a copy: the event shares the
+    /// memo's string instead. Never holds a raw key: the raw display mode
+    /// is not memoised.
     static LAST_DISPLAY: RefCell<Option<LastDisplay>> = const { RefCell::new(None) };
+    /// The identity of an event whose identity nobody reads, shared per
+    /// thread so that it costs no allocation and no cross-thread count.
+    static NO_DISPLAY: Arc<str> = Arc::from("");
 }
 
-/// `identity.display(mode)`, from the thread's memo when the previous
-/// event's identity was the same one.
-fn display(identity: &Identity, mode: KeyDisplay) -> String {
+/// The identity of an event whose identity nobody reads.
+pub(super) fn no_display() -> Arc<str> {
+    NO_DISPLAY.with(Arc::clone)
+}
+
+/// `identity.display(mode)` with its display name appended, from the
+/// thread's memo when the previous event's identity was the same one.
+fn display(identity: &Identity, mode: KeyDisplay) -> Arc<str> {
+    let build = || {
+        let mut shown = identity.display(mode);
+        crate::telemetry::append_display_name(&mut shown, identity.display_name());
+        shown
+    };
     if mode == KeyDisplay::Raw {
-        return identity.display(mode);
+        return build().into();
     }
     LAST_DISPLAY.with_borrow_mut(|last| {
         if let Some(l) = last.as_ref() {
@@ -38,16 +53,18 @@ fn display(identity: &Identity, mode: KeyDisplay) -> String {
                 && l.kind == identity.kind()
                 && l.ip == identity.ip
                 && l.hash == identity.hash()
+                && l.name.as_deref() == identity.display_name()
             {
                 return l.display.clone();
             }
         }
-        let display = identity.display(mode);
+        let display: Arc<str> = build().into();
         *last = Some(LastDisplay {
             hash: identity.hash().to_owned(),
             kind: identity.kind(),
             ip: identity.ip,
             mode,
+            name: identity.display_name().map(str::to_owned),
             display: display.clone(),
         });
         display
@@ -85,11 +102,9 @@ impl Limiter {
             shard: d.source.shard().clone(),
             // Only the fleet view's top keys read the display form.
             identity: if self.inner.telemetry.keeps_identities() {
-                let mut shown = display(identity, live.policy.telemetry.key_display);
-                crate::telemetry::append_display_name(&mut shown, identity.display_name());
-                shown
+                display(identity, live.policy.telemetry.key_display)
             } else {
-                String::new()
+                no_display()
             },
             cost,
             units,
@@ -116,13 +131,23 @@ mod tests {
     fn the_memo_shows_each_identity_as_it_would_be_shown_fresh() {
         let a = Identity::new(IdentityKind::ApiKey, "free_aaaaaaaaaaaa");
         let b = Identity::new(IdentityKind::ApiKey, "free_bbbbbbbbbbbb");
+        // The same caller under two display names, and under none.
+        let a_acme = a.clone().with_display_name("Acme");
+        let a_other = a.clone().with_display_name("Other");
         let ip = Identity::from_ip(Some("203.0.113.9".parse().unwrap()));
         // The same address without its IP attached masks differently.
         let bare = Identity::new(IdentityKind::Ip, ip.raw());
-        for id in [&a, &a, &b, &a, &ip, &bare, &ip, &bare] {
+        let fresh = |id: &Identity, mode| {
+            let mut shown = id.display(mode);
+            crate::telemetry::append_display_name(&mut shown, id.display_name());
+            shown
+        };
+        for id in [
+            &a, &a, &a_acme, &a_other, &a, &b, &a, &ip, &bare, &ip, &bare,
+        ] {
             for mode in [KeyDisplay::Masked, KeyDisplay::Hashed, KeyDisplay::Raw] {
-                assert_eq!(display(id, mode), id.display(mode));
-                assert_eq!(display(id, mode), id.display(mode));
+                assert_eq!(&*display(id, mode), fresh(id, mode));
+                assert_eq!(&*display(id, mode), fresh(id, mode));
             }
         }
     }

@@ -421,7 +421,7 @@ impl ClusterStore {
                 verdicts[i] = Some(v);
             }
         }
-        let mut verdicts: Vec<_> = verdicts.into_iter().flatten().collect();
+        let mut verdicts: super::Verdicts = verdicts.into_iter().flatten().collect();
         if verdicts.len() != batch.items.len() {
             return Err(StoreError::Protocol("a limit got no verdict".into()));
         }

@@ -356,7 +356,7 @@ impl MemoryStore {
             };
             steps.push(step);
         }
-        let mut verdicts: Vec<_> = steps.iter().map(|s| s.verdict).collect();
+        let mut verdicts: super::Verdicts = steps.iter().map(|s| s.verdict).collect();
         let allowed = all_enforced_allow(batch.items, &verdicts);
         let mut evicted = 0;
         if allowed && !batch.peek {
@@ -426,7 +426,7 @@ impl MemoryStore {
             0
         };
         let step = batch.step(item, state, now);
-        let mut verdicts = vec![step.verdict];
+        let mut verdicts: super::Verdicts = smallvec::smallvec![step.verdict];
         let allowed = item.shadow || step.verdict.allowed;
         let mut evicted = 0;
         if allowed && !batch.peek {

@@ -237,6 +237,10 @@ impl<'a> Batch<'a> {
     }
 }
 
+/// One verdict per item of a batch: inline for one or two limits, so a
+/// decision allocates nothing for them.
+pub type Verdicts = smallvec::SmallVec<[Verdict; 2]>;
+
 /// A store's answer for a batch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoreDecision {
@@ -244,7 +248,7 @@ pub struct StoreDecision {
     pub allowed: bool,
     /// One verdict per item, in order. When the request was blocked, the
     /// `remaining` of limits that would have admitted it is uncharged.
-    pub verdicts: Vec<Verdict>,
+    pub verdicts: Verdicts,
     /// The node that decided: `memory` or a Redis `host:port`.
     pub shard: Arc<str>,
     /// The time the store reported deciding at.

@@ -394,7 +394,7 @@ pub(crate) struct GroupReply {
     /// The time the script decided at.
     pub(crate) now: Micros,
     /// One verdict per item, in order (not yet uncharged).
-    pub(crate) verdicts: Vec<Verdict>,
+    pub(crate) verdicts: super::Verdicts,
     /// Whether the item's state was written (unless the call peeked).
     pub(crate) written: Vec<bool>,
     /// The window start written (window counters), else 0.
@@ -482,7 +482,7 @@ fn parse(value: &Value, n: usize, receipt: bool) -> Result<GroupReply, StoreErro
     let mut reply = GroupReply {
         allowed: fields.u8()? == 1,
         now: fields.u64()?,
-        verdicts: Vec::with_capacity(n),
+        verdicts: super::Verdicts::with_capacity(n),
         written: Vec::with_capacity(room),
         window_start: Vec::with_capacity(room),
         members: Vec::with_capacity(room),

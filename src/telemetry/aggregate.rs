@@ -57,7 +57,7 @@ pub(crate) struct Batch {
 struct Run {
     /// The labels (kept alive, so their addresses identify them).
     labels: Option<(Arc<str>, Arc<str>)>,
-    identity: String,
+    identity: Arc<str>,
     count: u64,
 }
 
@@ -66,7 +66,7 @@ impl Run {
         self.labels.as_ref().is_some_and(|(tier, shard)| {
             Arc::ptr_eq(tier, &e.tier)
                 && Arc::ptr_eq(shard, &e.shard)
-                && self.identity == e.identity
+                && (Arc::ptr_eq(&self.identity, &e.identity) || self.identity == e.identity)
         })
     }
 }
@@ -113,8 +113,7 @@ impl Batch {
         } else {
             self.settle();
             self.run.labels = Some((e.tier.clone(), e.shard.clone()));
-            self.run.identity.clear();
-            self.run.identity.push_str(&e.identity);
+            self.run.identity = e.identity.clone();
             self.run.count = 1;
         }
         for (unit, n) in e.units.iter() {

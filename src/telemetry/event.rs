@@ -89,8 +89,9 @@ pub struct Event {
     pub outcome: Outcome,
     /// Which node decided (or would have).
     pub shard: Arc<str>,
-    /// The identity in display form (masked, hashed or raw per policy).
-    pub identity: String,
+    /// The identity in display form (masked, hashed or raw per policy),
+    /// shared: a client's run of decisions shares one string.
+    pub identity: Arc<str>,
     /// Units the request cost.
     pub cost: u64,
     /// What an admitted decision charged, per unit, where units are in

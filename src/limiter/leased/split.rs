@@ -79,7 +79,7 @@ impl Split {
         (rest_mode == LeaseMode::Exact).then_some(Split { route, rest, mode })
     }
 
-    fn pick<T: Clone>(idx: &[usize], all: &[T]) -> Vec<T> {
+    fn pick<T: Clone, C: FromIterator<T>>(idx: &[usize], all: &[T]) -> C {
         idx.iter().map(|&i| all[i].clone()).collect()
     }
 
@@ -105,7 +105,7 @@ impl Split {
     /// The ceiling's part of a whole-request answer; admitted when every
     /// enforced route limit admitted it.
     fn ceiling_of(&self, d: &StoreDecision, parts: &[Part]) -> StoreDecision {
-        let verdicts = Split::pick(&self.route, &d.verdicts);
+        let verdicts: crate::store::Verdicts = Split::pick(&self.route, &d.verdicts);
         let allowed = self
             .route
             .iter()
@@ -197,7 +197,7 @@ impl Limiter {
         let s = ask.live.policy.leases;
         let instances = ask.live.policy.resilience.expected_instances;
         let budget = ask.live.policy.store.timeout;
-        let route_items = Split::pick(&ask.split.route, ask.items);
+        let route_items: Vec<_> = Split::pick(&ask.split.route, ask.items);
         let req = Request {
             key: state.key_of(&route_items),
             items: &route_items,
@@ -223,7 +223,7 @@ impl Limiter {
                 if !answer.allowed {
                     // The ceiling's refusal, remembered: nothing to ask.
                     metrics::decision(true);
-                    let route_limits = Split::pick(&ask.split.route, ask.limits);
+                    let route_limits: Vec<_> = Split::pick(&ask.split.route, ask.limits);
                     return local(ask.tier, &route_limits, answer);
                 }
                 (answer, from)
@@ -275,7 +275,7 @@ impl Limiter {
         };
         // The ceiling's units are spent (pre-paid); the rest in one call.
         metrics::decision(false);
-        let rest_items = Split::pick(&ask.split.rest, ask.items);
+        let rest_items: Vec<_> = Split::pick(&ask.split.rest, ask.items);
         let rest = Batch::consume(&rest_items, ask.cost);
         let t0 = inner.clock.now_us();
         let answer = self.ask_store(&rest, budget).await;
@@ -472,7 +472,7 @@ mod tests {
         };
         let d = |verdicts: Vec<Verdict>, allowed: bool| StoreDecision {
             allowed,
-            verdicts,
+            verdicts: verdicts.into(),
             shard: "s".into(),
             now: 7,
             rtt: None,
