@@ -5,8 +5,10 @@
 //! Shares come from [`crate::policy::shares`], the same functions the
 //! policy's validation checks, so what `check-config` accepts is what runs.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::algorithm::Algorithm;
 use crate::identity::{Identity, address_group};
@@ -64,8 +66,34 @@ impl CompiledLimit {
 /// schema stays defined in one place.
 #[derive(Debug)]
 struct KeyFrame {
+    /// Never reused in this process: names the frame in the key memo
+    /// whatever reloads free and allocate.
+    id: u64,
     head: String,
     tail: String,
+}
+
+/// The next [`KeyFrame::id`].
+static FRAME_IDS: AtomicU64 = AtomicU64::new(1);
+
+/// Slots of the per-thread key memo: enough for every limit of a tier
+/// and its route (frames of one tier have consecutive ids).
+const KEY_SLOTS: usize = 8;
+
+/// One key the memo holds: the frame and identity hash it was built from.
+#[derive(Default)]
+struct KeySlot {
+    frame: u64,
+    hash: String,
+    key: Option<Arc<str>>,
+}
+
+thread_local! {
+    /// A client's decisions come in runs (a keep-alive connection, a retry
+    /// loop): its keys are built once per run and shared, not formatted
+    /// and allocated per decision. Holds hashes and keys only, which store
+    /// key names carry anyway; never a raw key.
+    static KEYS: RefCell<[KeySlot; KEY_SLOTS]> = RefCell::new(Default::default());
 }
 
 impl KeyFrame {
@@ -74,19 +102,43 @@ impl KeyFrame {
         let whole = keys::identity_key(prefix, MARK, None, &l.key_code);
         let (head, tail) = whole.split_once(MARK).unwrap_or((&whole, ""));
         Self {
+            id: FRAME_IDS.fetch_add(1, Ordering::Relaxed),
             head: head.to_owned(),
             tail: tail.to_owned(),
         }
     }
 
-    /// The key of `identity_hash`, in one allocation.
-    fn key(&self, identity_hash: &str) -> String {
+    /// The key of `identity_hash`, from this thread's memo when its last
+    /// key of this frame was for the same hash.
+    fn key(&self, identity_hash: &str) -> Arc<str> {
+        KEYS.try_with(|slots| {
+            let Ok(mut slots) = slots.try_borrow_mut() else {
+                return self.build(identity_hash);
+            };
+            let slot = &mut slots[self.id as usize % KEY_SLOTS];
+            if slot.frame == self.id && slot.hash == identity_hash {
+                if let Some(key) = &slot.key {
+                    return key.clone();
+                }
+            }
+            let key = self.build(identity_hash);
+            slot.frame = self.id;
+            slot.hash.clear();
+            slot.hash.push_str(identity_hash);
+            slot.key = Some(key.clone());
+            key
+        })
+        .unwrap_or_else(|_| self.build(identity_hash))
+    }
+
+    /// The key of `identity_hash`, built.
+    fn build(&self, identity_hash: &str) -> Arc<str> {
         let mut key =
             String::with_capacity(self.head.len() + identity_hash.len() + self.tail.len());
         key.push_str(&self.head);
         keys::push_identity(&mut key, identity_hash);
         key.push_str(&self.tail);
-        key
+        key.into()
     }
 }
 
@@ -283,7 +335,7 @@ impl Compiled {
                 let key = match l.scope {
                     Scope::Identity if part.is_none() => frame.key(identity.hash()),
                     Scope::Identity => {
-                        keys::identity_key(&self.prefix, identity.hash(), part, code)
+                        keys::identity_key(&self.prefix, identity.hash(), part, code).into()
                     }
                     Scope::Ip => {
                         // An unknown address is one address: rotating keys
@@ -295,9 +347,9 @@ impl Compiled {
                             );
                             identity.address_hash(&group)
                         });
-                        keys::ip_key(&self.prefix, h, code)
+                        keys::ip_key(&self.prefix, h, code).into()
                     }
-                    Scope::Route => keys::route_key(&self.prefix, route_tag, code),
+                    Scope::Route => keys::route_key(&self.prefix, route_tag, code).into(),
                 };
                 Item {
                     key,
@@ -356,7 +408,7 @@ mod tests {
 
     fn keys_of(c: &Compiled, tier: &str, route: Option<usize>, id: &Identity) -> Vec<String> {
         let (items, _) = c.items(&c.tiers[tier], route, id, false);
-        items.into_iter().map(|i| i.key).collect()
+        items.into_iter().map(|i| i.key.to_string()).collect()
     }
 
     #[test]
@@ -373,6 +425,31 @@ mod tests {
             get[2],
             keys::identity_key("rw", id.hash(), None, &free.route_limits[1][0].key_code)
         );
+    }
+
+    #[test]
+    fn memoised_keys_are_the_keys_of_their_own_frame_and_identity() {
+        // Two compiled policies alive at once (a reload), identities
+        // alternating: every key is what the schema builds for it.
+        let old = Compiled::new(&policy());
+        let mut other = policy();
+        other.store.key_prefix = "other".into();
+        let new = Compiled::new(&other);
+        let ids = [
+            Identity::new(IdentityKind::ApiKey, "free_a"),
+            Identity::new(IdentityKind::ApiKey, "free_b"),
+        ];
+        for round in 0..3 {
+            for (c, prefix) in [(&old, "rw"), (&new, "other")] {
+                for id in ids.iter().chain(ids.iter().rev()) {
+                    let got = keys_of(c, "free", Some(1), id);
+                    let free = &c.tiers["free"];
+                    let want = [&free.limits[0], &free.route_limits[1][0]]
+                        .map(|l| keys::identity_key(prefix, id.hash(), None, &l.key_code));
+                    assert_eq!([&got[0], &got[2]], [&want[0], &want[1]], "round {round}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -62,8 +62,9 @@ use crate::policy::{StoreKind, StoreSettings};
 /// One limit to decide: its full key and its algorithm.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Item {
-    /// The store key (see [`keys`] for the schema).
-    pub key: String,
+    /// The store key (see [`keys`] for the schema), shared: the limiter
+    /// hands a client's run of decisions one key it built once.
+    pub key: Arc<str>,
     /// The algorithm with its (already scaled) parameters.
     pub algorithm: Algorithm,
     /// A shadow limit is decided and reported but never blocks.
@@ -83,7 +84,7 @@ pub struct Item {
 
 impl Item {
     /// An enforced limit on `key`.
-    pub fn new(key: impl Into<String>, algorithm: Algorithm) -> Self {
+    pub fn new(key: impl Into<Arc<str>>, algorithm: Algorithm) -> Self {
         Self {
             key: key.into(),
             algorithm,

@@ -67,7 +67,7 @@ pub const DEFAULT_URL: &str = crate::policy::DEFAULT_REDIS_URL;
 /// The one limit a health probe decides: a fixed window no probe rate can
 /// exhaust, whose key expires a second later. It writes, so a node that
 /// became a read-only replica fails the probe.
-pub(crate) fn probe_item(key: impl Into<String>) -> Item {
+pub(crate) fn probe_item(key: impl Into<Arc<str>>) -> Item {
     Item::new(
         key,
         Algorithm::FixedWindow {

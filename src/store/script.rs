@@ -267,7 +267,7 @@ fn keyed(script: &redis::Script, items: &[&Item], args: usize, bytes: usize) -> 
     let mut cmd = evalsha(args, bytes);
     cmd.arg(script.get_hash()).arg(items.len());
     for item in items {
-        cmd.arg(&item.key);
+        cmd.arg(item.key.as_bytes());
     }
     cmd
 }
@@ -335,7 +335,7 @@ fn repeats(items: &[&Item]) -> bool {
             .any(|(i, a)| items[..i].iter().any(|b| b.key == a.key));
     }
     let mut seen = std::collections::HashSet::with_capacity(items.len());
-    !items.iter().all(|i| seen.insert(i.key.as_str()))
+    !items.iter().all(|i| seen.insert(&*i.key))
 }
 
 /// `EVALSHA` of the refund script giving back what `reply` charged.
@@ -366,7 +366,7 @@ pub(crate) fn refund_cmd(
     let mut cmd = evalsha(4 + 8 * written.len(), bytes);
     cmd.arg(scripts.refund.get_hash()).arg(written.len());
     for &i in &written {
-        cmd.arg(&items[i].key);
+        cmd.arg(items[i].key.as_bytes());
     }
     if per_item {
         cmd.arg("i");
