@@ -17,8 +17,8 @@
 //! | `store_rtt_us` | the store round trip in microseconds; absent without one |
 //!
 //! It carries the round trip as a field, not as its own duration. Without
-//! a subscriber interested in it, making it costs one cached interest
-//! check: no field is evaluated and nothing is allocated.
+//! a subscriber that wants INFO, making it costs one load of the global
+//! level filter: no field is evaluated and nothing is allocated.
 
 use std::time::Duration;
 
@@ -36,6 +36,12 @@ pub(crate) fn decision(
     path: &'static str,
     store_rtt: Option<Duration>,
 ) {
+    // No subscriber wants INFO (none is installed, or all filter it out):
+    // nobody can see the span. Without this, `tracing`'s `log` fallback
+    // still builds every field for a span nobody reads.
+    if tracing::level_filters::LevelFilter::current() < tracing::Level::INFO {
+        return;
+    }
     let span = tracing::info_span!(
         target: "ratewatch::decision",
         "ratewatch.decision",
