@@ -314,8 +314,7 @@ async fn repeated_keys_get_identical_verdicts_in_rust_and_in_lua() {
             let context = format!("config {config} step {step}: {items:?}");
             assert_eq!(want.allowed, got.allowed, "allowed: {context}");
             blocked += usize::from(!want.allowed);
-            let keys: std::collections::HashSet<&str> =
-                items.iter().map(|i| &*i.key).collect();
+            let keys: std::collections::HashSet<&str> = items.iter().map(|i| &*i.key).collect();
             if keys.len() < items.len() {
                 repeated += 1;
                 // Two charged copies of a key admitted together: the later
