@@ -27,7 +27,9 @@
 //!   decision over gRPC (`h2load`), memory and Redis, beside the axum
 //!   layer's; `wrk` through a real Envoy alone, with a do-nothing RLS
 //!   (`nop_rls.rs`) and with ratewatch's RLS (`cargo bench --bench suite
-//!   -- rls SECS` runs only these).
+//!   -- rls SECS` runs only these); limitador-server beside it on the
+//!   same Redis when `RATEWATCH_LIMITADOR` names its binary
+//!   (`limitador.rs`; `-- limitador SECS`).
 //! - A three-unit tier (requests, tokens from a header, a concurrency
 //!   limit) against one limit, memory and Redis (`-- units SECS`).
 //! - `ratewatch serve`'s HTTP port with its default edge bounds against
@@ -41,6 +43,7 @@ mod edge;
 mod inflight;
 mod inproc;
 mod lease;
+mod limitador;
 mod load;
 mod memory;
 mod netem;
@@ -96,6 +99,12 @@ pub struct Results {
     /// The decision service over HTTP (`POST /v1/decide`), per store, per
     /// round.
     pub rls_http: HashMap<rls::Store, Vec<HttpRun>>,
+    /// The RLS over gRPC at Envoy's call and shape (two descriptors, four
+    /// connections, one call at a time), per store, per round.
+    pub rls_grpc_envoy_shape: HashMap<rls::Store, Vec<rls::GrpcRun>>,
+    /// limitador-server's RLS on the same Redis, per round (only with
+    /// `RATEWATCH_LIMITADOR`).
+    pub limitador: Vec<rls::GrpcRun>,
     /// Three servers sharing one leased identity, per limit, per round.
     pub fleet: HashMap<u64, Vec<lease::FleetRun>>,
     /// wrk through Envoy: `alone`, with the do-nothing RLS (`nop`), or
@@ -262,6 +271,20 @@ fn main() {
             // `serve-app POLICY PORT`: the binary's router without bounds.
             edge::serve_app(&args[1], args[2].parse().expect("a port"));
         }
+        Some("limitador") => {
+            // `limitador SECS`: ratewatch's decision-service rows and
+            // limitador-server's beside them, one round.
+            let mut o = parse(&[]);
+            o.secs = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(5);
+            let redis = support::RedisServer::start();
+            let mut r = Results::default();
+            rls::round(&o, &redis.url(), 0, &mut r);
+            limitador::round(&o, &redis.url(), 0, &mut r);
+            let mut text = String::new();
+            limitador::goal_rows(&mut text, &r);
+            limitador::render(&mut text, &r);
+            println!("{text}");
+        }
         Some("nop-rls") => {
             // `nop-rls PORT`: the do-nothing rate limit service.
             nop_rls::serve(args[1].parse().expect("a port"));
@@ -303,7 +326,7 @@ fn main() {
         Some("run") | None => run(parse(&args)),
         Some(other) => {
             eprintln!(
-                "usage: bench run [--rounds N] [--secs S] [--out FILE] [--net-delay-us US] | bench memory | bench rls SECS | bench edge SECS | bench units SECS | bench fleet SECS [LIMIT...] | bench serve VARIANT PORT [URL...] | bench proxy UPSTREAM_PORT DELAY_US | bench requests PORT N [CONNECTIONS] | bench check SECS [THREADS] [off|governor] | bench count N [off]\nunknown: {other}"
+                "usage: bench run [--rounds N] [--secs S] [--out FILE] [--net-delay-us US] | bench memory | bench rls SECS | bench limitador SECS | bench edge SECS | bench units SECS | bench fleet SECS [LIMIT...] | bench serve VARIANT PORT [URL...] | bench proxy UPSTREAM_PORT DELAY_US | bench requests PORT N [CONNECTIONS] | bench check SECS [THREADS] [off|governor] | bench count N [off]\nunknown: {other}"
             );
             std::process::exit(2);
         }
@@ -500,6 +523,7 @@ fn run(o: Options) {
         );
         r.inflight.push((memory, on_redis));
         rls::round(&o, &redis.url(), round, &mut r);
+        limitador::round(&o, &redis.url(), round, &mut r);
         edge::round(&o, round, &mut r);
     }
 

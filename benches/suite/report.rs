@@ -294,6 +294,7 @@ pub fn render(o: &Options, r: &Results) -> String {
     units_goal_rows(w, r);
     crate::edge::goal_rows(w, r);
     crate::rls::goal_rows(w, r);
+    crate::limitador::goal_rows(w, r);
 
     // --- HTTP ------------------------------------------------------------
     let bare = rps(r, Variant::Bare);
@@ -364,6 +365,7 @@ pub fn render(o: &Options, r: &Results) -> String {
 
     crate::edge::render(w, o, r);
     crate::rls::render(w, o, r);
+    crate::limitador::render(w, r);
 
     // --- Ceiling ---------------------------------------------------------
     let rw_c = median(rw_ceiling.clone());

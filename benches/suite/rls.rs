@@ -98,9 +98,23 @@ fn field(number: u8, bytes: &[u8]) -> Vec<u8> {
 /// API_KEY}]}]}` as one gRPC message: a 0 byte (not compressed), the
 /// 4-byte big-endian length, the protobuf bytes.
 pub fn grpc_request() -> Vec<u8> {
-    let entry = [field(1, b"api_key"), field(2, API_KEY.as_bytes())].concat();
-    let descriptor = field(1, &entry);
-    let request = [field(1, b"bench"), field(2, &descriptor)].concat();
+    grpc_request_of(&[("api_key", API_KEY)])
+}
+
+/// The call Envoy makes for each proxied request of the benchmark (the
+/// route's two `rate_limits` entries of `tests/support/envoy.rs`): the
+/// caller's `api_key` (limited), then `generic_key: edge` (no rule).
+pub fn grpc_request_envoy() -> Vec<u8> {
+    grpc_request_of(&[("api_key", API_KEY), ("generic_key", "edge")])
+}
+
+/// A `bench` call of one descriptor per `(key, value)`, framed for gRPC.
+fn grpc_request_of(descriptors: &[(&str, &str)]) -> Vec<u8> {
+    let mut request = field(1, b"bench");
+    for (key, value) in descriptors {
+        let entry = [field(1, key.as_bytes()), field(2, value.as_bytes())].concat();
+        request.extend(field(2, &field(1, &entry)));
+    }
     let mut frame = vec![0];
     frame.extend_from_slice(&(request.len() as u32).to_be_bytes());
     frame.extend_from_slice(&request);
@@ -180,7 +194,19 @@ pub fn h2load(
     clients: u32,
     streams: u32,
 ) -> GrpcRun {
-    let cpu = cpu_us(server.pid());
+    h2load_at((server).into(), request_file, secs, clients, streams)
+}
+
+/// [`h2load`] against any RLS: its gRPC port, and its process for the CPU
+/// it spends.
+pub fn h2load_at(
+    rls: Rls,
+    request_file: &std::path::Path,
+    secs: u64,
+    clients: u32,
+    streams: u32,
+) -> GrpcRun {
+    let cpu = cpu_us(rls.pid);
     let out = Command::new("h2load")
         .args([
             "-t",
@@ -194,10 +220,10 @@ pub fn h2load(
         .args(["-H", "content-type: application/grpc", "-H", "te: trailers"])
         .arg("-d")
         .arg(request_file)
-        .arg(format!("http://127.0.0.1:{}{PATH}", server.grpc_port))
+        .arg(format!("http://127.0.0.1:{}{PATH}", rls.port))
         .output()
         .expect("run h2load (apt-get install nghttp2-client)");
-    let cpu = cpu_us(server.pid()) - cpu;
+    let cpu = cpu_us(rls.pid) - cpu;
     let text = String::from_utf8_lossy(&out.stdout);
     let mut run = parse_h2load(&text);
     let done = (run.rps * secs as f64).max(1.0);
@@ -340,6 +366,8 @@ pub fn round(o: &crate::Options, redis_url: &str, round: usize, r: &mut crate::R
     let dir = tempfile::tempdir().expect("temp dir");
     let request = dir.path().join("request.bin");
     std::fs::write(&request, grpc_request()).expect("write the request");
+    let envoy_request = dir.path().join("envoy-request.bin");
+    std::fs::write(&envoy_request, grpc_request_envoy()).expect("write the request");
     // Envoy + the do-nothing RLS: what any RLS costs behind Envoy.
     let nop = |r: &mut crate::Results| {
         if envoy {
@@ -389,6 +417,18 @@ pub fn round(o: &crate::Options, redis_url: &str, round: usize, r: &mut crate::R
             }
         );
         r.rls_grpc.entry(store).or_default().push(run);
+        // The call Envoy makes, at Envoy's shape: its connections, one
+        // call at a time on each.
+        check_one_call(server.grpc_port, &envoy_request);
+        let run = h2load(&server, &envoy_request, o.secs, ENVOY_CONNECTIONS, 1);
+        eprintln!(
+            "bench: round {} rls grpc {:<17} {:>9.0} decisions/s {:>6.2} µs CPU/decision (Envoy's call and shape)",
+            round + 1,
+            store.name(),
+            run.rps,
+            run.cpu_us,
+        );
+        r.rls_grpc_envoy_shape.entry(store).or_default().push(run);
         // The same descriptor over HTTP: `POST /v1/decide` on the
         // `--listen` port, wrk at the HTTP section's concurrency.
         check_one_decide(server.server.port);
@@ -450,7 +490,7 @@ pub fn round(o: &crate::Options, redis_url: &str, round: usize, r: &mut crate::R
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -463,7 +503,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn grpc(r: &crate::Results, store: Store) -> &[GrpcRun] {
+pub fn grpc(r: &crate::Results, store: Store) -> &[GrpcRun] {
     r.rls_grpc.get(&store).map_or(&[], Vec::as_slice)
 }
 
@@ -557,6 +597,26 @@ pub fn goal_rows(w: &mut String, r: &crate::Results) {
                     median(nop.iter().map(|x| x.1.rls_cpu_us).collect())
                 )
             },
+            crate::report::verdict(g.value <= 1.5)
+        );
+        let shaped = r
+            .rls_grpc_envoy_shape
+            .get(&store)
+            .map_or(&[][..], Vec::as_slice);
+        if shaped.is_empty() {
+            continue;
+        }
+        let g = crate::report::Ratio::of(
+            &behind.iter().map(|x| x.1.rls_cpu_us).collect::<Vec<_>>(),
+            &shaped.iter().map(|x| x.cpu_us).collect::<Vec<_>>(),
+        );
+        let _ = writeln!(
+            w,
+            "| the same, against h2load sending Envoy's own call (two descriptors) at Envoy's shape (4 connections, one call at a time) ({}) | {} ({:.1} / {:.1} µs) | {} |",
+            store.name(),
+            g.show(),
+            median(behind.iter().map(|x| x.1.rls_cpu_us).collect()),
+            median(shaped.iter().map(|x| x.cpu_us).collect()),
             crate::report::verdict(g.value <= 1.5)
         );
     }
