@@ -8,7 +8,8 @@
 #   bench/instructions.sh rw-memory-1 5000
 #   BIN=/tmp/suite-before bench/instructions.sh rw-redis-1
 #
-# Prints the count and leaves the callgrind profile in $OUT (default
+# Prints the counts (allocations are calls to malloc, calloc, realloc and
+# the aligned allocators: bench/alloc-calls.py) and leaves the callgrind profile in $OUT (default
 # /tmp/ratewatch-callgrind.VARIANT) for callgrind_annotate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,4 +52,5 @@ sleep 1
 dump=$(ls "$dir"/cg.*.1)
 cp "$dump" "$out"
 total=$(sed -n 's/^summary: *//p; s/^totals: *//p' "$out" | sort -n | tail -1)
-echo "$variant: $((total / n)) instructions per request ($n requests; profile in $out)"
+allocs=$(python3 bench/alloc-calls.py "$out")
+echo "$variant: $((total / n)) instructions and $(python3 -c "print(f'{$allocs / $n:.1f}')") allocations per request ($n requests; profile in $out)"

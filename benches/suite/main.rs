@@ -147,14 +147,15 @@ fn main() {
             println!("{ops:.0} decisions/s");
         }
         Some("count") => {
-            // `count N [off]`: exactly N `Limiter::check`s on one hot key,
-            // one thread, for `valgrind --tool=callgrind` (instruction counts
-            // repeat where wall-clock on a shared machine does not).
+            // `count N [off|governor]`: exactly N `Limiter::check`s (or
+            // governor's `check_key`s) on one hot key, one thread, for
+            // `valgrind --tool=callgrind` (instruction counts repeat where
+            // wall-clock on a shared machine does not).
             let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(100_000);
-            let who = if args.get(2).is_some_and(|a| a == "off") {
-                inproc::Who::RatewatchNoTelemetry
-            } else {
-                inproc::Who::Ratewatch
+            let who = match args.get(2).map(String::as_str) {
+                Some("off") => inproc::Who::RatewatchNoTelemetry,
+                Some("governor") => inproc::Who::Governor,
+                _ => inproc::Who::Ratewatch,
             };
             inproc::Contenders::hot().count(who, false, n);
         }
@@ -326,7 +327,7 @@ fn main() {
         Some("run") | None => run(parse(&args)),
         Some(other) => {
             eprintln!(
-                "usage: bench run [--rounds N] [--secs S] [--out FILE] [--net-delay-us US] | bench memory | bench rls SECS | bench limitador SECS | bench edge SECS | bench units SECS | bench fleet SECS [LIMIT...] | bench serve VARIANT PORT [URL...] | bench proxy UPSTREAM_PORT DELAY_US | bench requests PORT N [CONNECTIONS] | bench check SECS [THREADS] [off|governor] | bench count N [off]\nunknown: {other}"
+                "usage: bench run [--rounds N] [--secs S] [--out FILE] [--net-delay-us US] | bench memory | bench rls SECS | bench limitador SECS | bench edge SECS | bench units SECS | bench fleet SECS [LIMIT...] | bench serve VARIANT PORT [URL...] | bench proxy UPSTREAM_PORT DELAY_US | bench requests PORT N [CONNECTIONS] | bench check SECS [THREADS] [off|governor] | bench count N [off|governor]\nunknown: {other}"
             );
             std::process::exit(2);
         }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use metrics::{Label, counter, describe_counter, describe_gauge, gauge};
 
+use super::labelled::Series;
 use super::metrics::{LABEL_LIMIT, LABEL_ROUTE, LABEL_TIER};
 use crate::policy::Policy;
 
@@ -139,12 +140,13 @@ pub fn register_at_zero(policy: &Policy) {
 /// An admitted request charged `units` of `unit` at its decision, by the
 /// limiter named `limiter` (`None`: an unnamed one, no `limiter` label).
 pub(crate) fn units_charged(tier: &str, unit: &str, limiter: Option<&Arc<str>>, units: u64) {
-    let mut labels = vec![
-        Label::new(LABEL_TIER, tier.to_owned()),
-        Label::new(LABEL_UNIT, unit.to_owned()),
-    ];
-    super::metrics::push_limiter(&mut labels, limiter);
-    counter!(UNITS_CHARGED_TOTAL, labels).increment(units);
+    let series = Series {
+        family: UNITS_CHARGED_TOTAL,
+        first: (LABEL_TIER, tier),
+        second: (LABEL_UNIT, unit),
+        limiter,
+    };
+    super::labelled::add(&series, units);
 }
 
 /// A settle gave back (`refunded`) or charged `units` of `unit`.
@@ -160,12 +162,13 @@ pub(crate) fn units_settled(tier: &str, unit: &str, refunded: bool, units: u64) 
 /// An admitted request charged `units` at its decision, by the limiter
 /// named `limiter` (`None`: an unnamed one, no `limiter` label).
 pub(crate) fn charged_at_decision(tier: &str, route: &str, limiter: Option<&Arc<str>>, units: u64) {
-    let mut labels = vec![
-        Label::new(LABEL_TIER, tier.to_owned()),
-        Label::new(LABEL_ROUTE, route.to_owned()),
-    ];
-    super::metrics::push_limiter(&mut labels, limiter);
-    counter!(COST_UNITS_TOTAL, labels).increment(units);
+    let series = Series {
+        family: COST_UNITS_TOTAL,
+        first: (LABEL_TIER, tier),
+        second: (LABEL_ROUTE, route),
+        limiter,
+    };
+    super::labelled::add(&series, units);
 }
 
 /// A settle ended: `outcome` is `charged`, `refunded`, `failed` or `stale`; `units`

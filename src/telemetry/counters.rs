@@ -50,14 +50,19 @@ pub(crate) fn note_own_recorder() {
     }
 }
 
+/// Whether the recorder in force is ratewatch's own global one (whose
+/// handles a thread may keep).
+pub(crate) fn own_recorder_in_force() -> bool {
+    OWN.get().is_some_and(|&own| own == current_recorder())
+}
+
 /// Counts `e` in `ratewatch_decisions_total` through a cached handle,
 /// under `limiter="<name>"` when the limiter is named. `false` when it did
 /// not (another recorder is in force, or the cache is full): the caller
 /// counts it the usual way.
 pub(crate) fn count_decision(e: &Event, limiter: Option<&Arc<str>>) -> bool {
-    match OWN.get() {
-        Some(&own) if own == current_recorder() => {}
-        _ => return false,
+    if !own_recorder_in_force() {
+        return false;
     }
     let series = (
         Arc::as_ptr(&e.tier).cast::<u8>() as usize,

@@ -76,12 +76,13 @@ pub fn register_at_zero(policy: &Policy, shards: &[String]) {
 /// the limiter named `limiter` (the gauge carries `limiter="<name>"`) or
 /// an unnamed one (`None`: no such label).
 pub(crate) fn slots(tier: &str, limit: &str, limiter: Option<&Arc<str>>, delta: f64) {
-    let mut labels = vec![
-        Label::new(LABEL_TIER, tier.to_owned()),
-        Label::new(LABEL_LIMIT, limit.to_owned()),
-    ];
-    super::metrics::push_limiter(&mut labels, limiter);
-    gauge!(INFLIGHT_SLOTS, labels).increment(delta);
+    let series = super::labelled::Series {
+        family: INFLIGHT_SLOTS,
+        first: (LABEL_TIER, tier),
+        second: (LABEL_LIMIT, limit),
+        limiter,
+    };
+    super::labelled::shift(&series, delta);
     let mut held = HELD.lock();
     let step = delta as i64;
     if let Some((_, _, n)) = held.iter_mut().find(|(t, l, _)| t == tier && l == limit) {

@@ -46,6 +46,7 @@ pub(crate) mod detailed;
 mod event;
 mod fleet;
 pub mod inflight;
+mod labelled;
 pub mod lease;
 mod memory_view;
 pub mod metrics;
