@@ -422,8 +422,35 @@ pub fn holder_id() -> String {
     static PROCESS: OnceLock<u64> = OnceLock::new();
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let process = *PROCESS.get_or_init(rand::random::<u64>) ^ u64::from(std::process::id());
-    format!("{process:016x}:{}", NEXT.fetch_add(1, Ordering::Relaxed))
+    holder_text(process, NEXT.fetch_add(1, Ordering::Relaxed))
 }
+
+/// `{process:016x}:{n}`, written without the formatter: a holder id is
+/// made for every request a concurrency limit admits.
+fn holder_text(process: u64, n: u64) -> String {
+    let mut id = String::with_capacity(16 + 1 + 20);
+    id.extend(
+        (0..16)
+            .rev()
+            .map(|i| HEX[(process >> (i * 4)) as usize & 0xf] as char),
+    );
+    id.push(':');
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    id.extend(digits[at..].iter().map(|&d| d as char));
+    id
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// Opens the store `settings` names. A Redis that is down does not fail
 /// this; only invalid settings do.
@@ -467,6 +494,21 @@ pub fn uncharge(items: &[Item], verdicts: &mut [Verdict], cost: u64) {
             let quota = item.algorithm.quota() as f64;
             if v.remaining > quota {
                 v.remaining = quota;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_holder_id_reads_as_the_formatter_writes_it() {
+        for process in [0, 1, 0xabc, 0x0123_4567_89ab_cdef, u64::MAX] {
+            for n in [0, 7, 10, 99, 100, 12_345, u64::from(u32::MAX), u64::MAX] {
+                assert_eq!(
+                    super::holder_text(process, n),
+                    format!("{process:016x}:{n}")
+                );
             }
         }
     }
