@@ -144,6 +144,7 @@ pub(crate) fn units_charged(tier: &str, unit: &str, limiter: Option<&Arc<str>>, 
         family: UNITS_CHARGED_TOTAL,
         first: (LABEL_TIER, tier),
         second: (LABEL_UNIT, unit),
+        third: None,
         limiter,
     };
     super::labelled::add(&series, units);
@@ -156,7 +157,8 @@ pub(crate) fn units_settled(tier: &str, unit: &str, refunded: bool, units: u64) 
     } else {
         UNITS_SETTLED_TOTAL
     };
-    counter!(family, LABEL_TIER => tier.to_owned(), LABEL_UNIT => unit.to_owned()).increment(units);
+    let series = Series::two(family, (LABEL_TIER, tier), (LABEL_UNIT, unit));
+    super::labelled::add(&series, units);
 }
 
 /// An admitted request charged `units` at its decision, by the limiter
@@ -166,6 +168,7 @@ pub(crate) fn charged_at_decision(tier: &str, route: &str, limiter: Option<&Arc<
         family: COST_UNITS_TOTAL,
         first: (LABEL_TIER, tier),
         second: (LABEL_ROUTE, route),
+        third: None,
         limiter,
     };
     super::labelled::add(&series, units);
@@ -174,10 +177,14 @@ pub(crate) fn charged_at_decision(tier: &str, route: &str, limiter: Option<&Arc<
 /// A settle ended: `outcome` is `charged`, `refunded`, `failed` or `stale`; `units`
 /// were moved (0 when it failed or was stale).
 pub(crate) fn settled(tier: &str, route: &str, outcome: &'static str, units: u64) {
-    counter!(SETTLES_TOTAL, LABEL_TIER => tier.to_owned(), LABEL_ROUTE => route.to_owned(), super::metrics::LABEL_OUTCOME => outcome)
-        .increment(1);
+    let series = Series::two(SETTLES_TOTAL, (LABEL_TIER, tier), (LABEL_ROUTE, route));
+    super::labelled::add(&series.and(super::metrics::LABEL_OUTCOME, outcome), 1);
     if outcome == "charged" || outcome == "refunded" {
-        counter!(SETTLED_UNITS_TOTAL, LABEL_TIER => tier.to_owned(), LABEL_ROUTE => route.to_owned(), LABEL_DIRECTION => outcome)
-            .increment(units);
+        let series = Series::two(
+            SETTLED_UNITS_TOTAL,
+            (LABEL_TIER, tier),
+            (LABEL_ROUTE, route),
+        );
+        super::labelled::add(&series.and(LABEL_DIRECTION, outcome), units);
     }
 }

@@ -1,12 +1,15 @@
-//! Handles of the unit counters and the in-flight gauge, kept per thread
-//! by their labels' text.
+//! Handles of the unit, settle and decision-service counters, the
+//! in-flight gauge and the Redis round-trip and decision-service latency
+//! histograms, kept per thread by their labels' text.
 //!
 //! A metered decision counts its units (`ratewatch_cost_units_total`,
-//! `ratewatch_units_charged_total`) and every slot moves
-//! `ratewatch_inflight_slots` twice. Asking the recorder for a labelled
-//! series builds its key (an owned `String` per label), hashes it and looks
-//! it up under a lock: about 1.2 k instructions a call, a third of what a
-//! three-unit decision cost beyond its limits. Each thread keeps the
+//! `ratewatch_units_charged_total`), a settle its outcome and units, a
+//! decision-service request each descriptor's outcome and its latency,
+//! a decision on Redis its round trip, and every slot moves `ratewatch_inflight_slots` twice. Asking the
+//! recorder for a labelled series builds its key (an owned `String` per
+//! label), hashes it and looks it up under a lock: about 1.2 k
+//! instructions a call, a third of what a three-unit decision cost beyond
+//! its limits. Each thread keeps the
 //! handles it has used instead, found by comparing the labels' text (short
 //! policy names), so nothing is allocated on a hit and a reload's new
 //! strings of the same text are the same series, as they are to the
@@ -20,31 +23,59 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use metrics::{Counter, Gauge, Label, counter, gauge};
+use metrics::{Counter, Gauge, Histogram, Label, counter, gauge, histogram};
 
 /// Most series one thread keeps handles for, per kind; past it, the
 /// uncached path.
 const MAX_CACHED: usize = 64;
 
-/// One series: its family, two labels and the limiter's name (`None`: an
-/// unnamed limiter, no `limiter` label).
+/// One series: its family, two labels, an optional third with a fixed
+/// value (an outcome) and the limiter's name (`None`: an unnamed limiter,
+/// no `limiter` label).
 pub(crate) struct Series<'a> {
     /// The family's name.
-    pub family: &'static str,
+    pub(crate) family: &'static str,
     /// The first label's name and value.
-    pub first: (&'static str, &'a str),
+    pub(crate) first: (&'static str, &'a str),
     /// The second label's name and value.
-    pub second: (&'static str, &'a str),
+    pub(crate) second: (&'static str, &'a str),
+    /// A third label whose values are constants (`outcome`, `direction`).
+    pub(crate) third: Option<(&'static str, &'static str)>,
     /// The limiter's name, if it is named.
-    pub limiter: Option<&'a Arc<str>>,
+    pub(crate) limiter: Option<&'a Arc<str>>,
 }
 
-impl Series<'_> {
+impl<'a> Series<'a> {
+    /// A series of two labels, for an unnamed limiter.
+    pub(crate) fn two(
+        family: &'static str,
+        first: (&'static str, &'a str),
+        second: (&'static str, &'a str),
+    ) -> Self {
+        Self {
+            family,
+            first,
+            second,
+            third: None,
+            limiter: None,
+        }
+    }
+
+    /// The same series with a third label of a constant value.
+    pub(crate) fn and(self, name: &'static str, value: &'static str) -> Self {
+        Self {
+            third: Some((name, value)),
+            ..self
+        }
+    }
+
     fn labels(&self) -> Vec<Label> {
-        let mut labels = vec![
-            Label::new(self.first.0, self.first.1.to_owned()),
-            Label::new(self.second.0, self.second.1.to_owned()),
-        ];
+        let mut labels = Vec::with_capacity(4);
+        labels.push(Label::new(self.first.0, self.first.1.to_owned()));
+        labels.push(Label::new(self.second.0, self.second.1.to_owned()));
+        if let Some((name, value)) = self.third {
+            labels.push(Label::from_static_parts(name, value));
+        }
         super::metrics::push_limiter(&mut labels, self.limiter);
         labels
     }
@@ -55,6 +86,7 @@ struct Entry<H> {
     family: &'static str,
     first: (&'static str, Box<str>),
     second: (&'static str, Box<str>),
+    third: Option<(&'static str, &'static str)>,
     limiter: Option<Arc<str>>,
     handle: H,
 }
@@ -66,6 +98,7 @@ impl<H> Entry<H> {
             && *self.first.1 == *s.first.1
             && self.second.0 == s.second.0
             && *self.second.1 == *s.second.1
+            && self.third == s.third
             && self.limiter.as_deref() == s.limiter.map(|l| &**l)
     }
 }
@@ -73,7 +106,12 @@ impl<H> Entry<H> {
 thread_local! {
     static COUNTERS: RefCell<Vec<Entry<Counter>>> = const { RefCell::new(Vec::new()) };
     static GAUGES: RefCell<Vec<Entry<Gauge>>> = const { RefCell::new(Vec::new()) };
+    static HISTOGRAMS: RefCell<Vec<Entry<Histogram>>> = const { RefCell::new(Vec::new()) };
+    static ONE_LABEL_HISTOGRAMS: RefCell<Vec<StaticEntry<Histogram>>> = const { RefCell::new(Vec::new()) };
 }
+
+/// A cached handle of a series whose one label has a constant value.
+type StaticEntry<H> = (&'static str, (&'static str, &'static str), H);
 
 /// Adds `n` to the counter `s` names.
 pub(crate) fn add(s: &Series<'_>, n: u64) {
@@ -94,6 +132,39 @@ pub(crate) fn shift(s: &Series<'_>, delta: f64) {
         });
     if !cached {
         gauge!(s.family, s.labels()).increment(delta);
+    }
+}
+
+/// Records `value` in the histogram `s` names.
+pub(crate) fn observe(s: &Series<'_>, value: f64) {
+    let cached = super::counters::own_recorder_in_force()
+        && HISTOGRAMS.with_borrow_mut(|cache| {
+            with_handle(cache, s, |l| histogram!(s.family, l), |h| h.record(value))
+        });
+    if !cached {
+        histogram!(s.family, s.labels()).record(value);
+    }
+}
+
+/// Records `value` in the histogram `family` of the one constant label
+/// `label` (`api="grpc"`).
+pub(crate) fn record(family: &'static str, label: (&'static str, &'static str), value: f64) {
+    let cached = super::counters::own_recorder_in_force()
+        && ONE_LABEL_HISTOGRAMS.with_borrow_mut(|cache| {
+            if let Some((_, _, h)) = cache.iter().find(|(f, l, _)| *f == family && *l == label) {
+                h.record(value);
+                return true;
+            }
+            if cache.len() >= MAX_CACHED {
+                return false;
+            }
+            let h = histogram!(family, label.0 => label.1);
+            h.record(value);
+            cache.push((family, label, h));
+            true
+        });
+    if !cached {
+        histogram!(family, label.0 => label.1).record(value);
     }
 }
 
@@ -118,6 +189,7 @@ fn with_handle<H>(
         family: s.family,
         first: (s.first.0, s.first.1.into()),
         second: (s.second.0, s.second.1.into()),
+        third: s.third,
         limiter: s.limiter.cloned(),
         handle,
     });
@@ -133,6 +205,7 @@ mod tests {
             family: "f",
             first: ("tier", tier),
             second: ("unit", unit),
+            third: None,
             limiter,
         }
     }

@@ -21,6 +21,7 @@ use metrics::{Label, Unit, counter, describe_counter, describe_gauge, describe_h
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
 use super::Event;
+use super::labelled::Series;
 
 /// Decisions made: counter {tier, route, shard, outcome}.
 pub const DECISIONS_TOTAL: &str = "ratewatch_decisions_total";
@@ -237,8 +238,12 @@ pub fn record_store_evictions(shard: &str, n: u64) {
 
 /// Records one Redis round trip.
 pub fn record_redis_rtt(shard: &str, op: RttOp, rtt: Duration) {
-    metrics::histogram!(REDIS_RTT_SECONDS, LABEL_SHARD => shard.to_owned(), LABEL_OP => op.as_str())
-        .record(rtt.as_secs_f64());
+    let series = Series::two(
+        REDIS_RTT_SECONDS,
+        (LABEL_SHARD, shard),
+        (LABEL_OP, op.as_str()),
+    );
+    super::labelled::observe(&series, rtt.as_secs_f64());
 }
 
 /// Counts `events` decision events the fleet view lost.
@@ -304,12 +309,17 @@ fn record_event_rest(event: &Event, limiter: Option<&Arc<str>>) {
         counter!(FALLBACKS_TOTAL, labels).increment(1);
     }
     if let Some(rtt) = event.redis_rtt {
-        let mut labels = vec![
-            Label::new(LABEL_SHARD, event.shard.clone()),
-            Label::new(LABEL_OP, RttOp::Decide.as_str()),
-        ];
-        push_limiter(&mut labels, limiter);
-        metrics::histogram!(REDIS_RTT_SECONDS, labels).record(rtt.as_secs_f64());
+        // Every decision on Redis: the histogram's handle is kept per
+        // thread, not looked up by freshly built labels.
+        let series = Series {
+            limiter,
+            ..Series::two(
+                REDIS_RTT_SECONDS,
+                (LABEL_SHARD, &event.shard),
+                (LABEL_OP, RttOp::Decide.as_str()),
+            )
+        };
+        super::labelled::observe(&series, rtt.as_secs_f64());
     }
 }
 

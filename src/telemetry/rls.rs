@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use metrics::{Unit, counter, describe_counter, describe_histogram, histogram};
 
+use super::labelled::Series;
+
 /// Descriptor decisions: counter {domain, rule, outcome}.
 pub const RLS_DECISIONS_TOTAL: &str = "ratewatch_rls_decisions_total";
 /// Allowed descriptor decisions that left the used share of a limit at or
@@ -124,17 +126,27 @@ pub fn register_policy(policy: &crate::policy::Policy) {
 
 /// Counts one descriptor's decision.
 pub fn record_decision(domain: &str, rule: &str, outcome: &'static str) {
-    counter!(RLS_DECISIONS_TOTAL, LABEL_DOMAIN => domain.to_owned(), LABEL_RULE => rule.to_owned(), LABEL_OUTCOME => outcome).increment(1);
+    let series = Series::two(
+        RLS_DECISIONS_TOTAL,
+        (LABEL_DOMAIN, domain),
+        (LABEL_RULE, rule),
+    );
+    super::labelled::add(&series.and(LABEL_OUTCOME, outcome), 1);
 }
 
 /// Counts one allowed descriptor near its limit.
 pub fn record_near_limit(domain: &str, rule: &str) {
-    counter!(RLS_NEAR_LIMIT_TOTAL, LABEL_DOMAIN => domain.to_owned(), LABEL_RULE => rule.to_owned()).increment(1);
+    let series = Series::two(
+        RLS_NEAR_LIMIT_TOTAL,
+        (LABEL_DOMAIN, domain),
+        (LABEL_RULE, rule),
+    );
+    super::labelled::add(&series, 1);
 }
 
 /// Times one request.
 pub fn record_latency(api: &'static str, took: Duration) {
-    histogram!(RLS_REQUEST_SECONDS, LABEL_API => api).record(took.as_secs_f64());
+    super::labelled::record(RLS_REQUEST_SECONDS, (LABEL_API, api), took.as_secs_f64());
 }
 
 /// Counts one request answered with an error.
