@@ -20,7 +20,6 @@
 //! `"tpm";q=100000;w=60;qu="tokens"`.
 
 use std::cell::RefCell;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -146,8 +145,10 @@ pub fn insert_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies
 }
 
 fn write_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies, buf: &mut String) {
-    // Room for all eight at once: the map grows once, not header by header.
-    h.reserve(8);
+    // Room for every header at once, and for the `content-length` the
+    // server adds after them: the map grows once, not header by header.
+    let other_units = d.units().filter(|u| u.as_ref() != REQUESTS).count();
+    h.reserve(8 + 3 * other_units + 1);
     if families.ietf {
         insert_policy(h, d, buf);
     }
@@ -180,7 +181,7 @@ fn write_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies, buf
                 _ => {
                     buf.clear();
                     push_sf_string(buf, &top.name);
-                    let _ = write!(buf, ";r={remaining};t={t}");
+                    push_member_state(buf, remaining, t);
                     let v = HeaderValue::from_str(buf).ok()?;
                     *m = Some((top.name.clone(), remaining, t, v.clone()));
                     Some(v)
@@ -192,12 +193,12 @@ fn write_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies, buf
         } else {
             buf.clear();
             push_sf_string(buf, &top.name);
-            let _ = write!(buf, ";r={remaining};t={t}");
+            push_member_state(buf, remaining, t);
             for unit in d.units().filter(|u| **u != top.unit) {
                 if let Some((l, r, until)) = tightest(d, unit) {
                     buf.push_str(", ");
                     push_sf_string(buf, &l.name);
-                    let _ = write!(buf, ";r={r};t={}", ceil_secs(until));
+                    push_member_state(buf, r, ceil_secs(until));
                 }
             }
             put(h, RATELIMIT, buf);
@@ -215,21 +216,15 @@ fn write_families(h: &mut HeaderMap, d: &Decision, families: HeaderFamilies, buf
     };
     if let Some((l, remaining, until)) = requests {
         let reset = reset_second(d, until);
-        let quota = cached(&QUOTA, l.quota, |b| {
-            let _ = write!(b, "{}", l.quota);
-        });
+        let quota = cached(&QUOTA, l.quota, |b| push_u64(b, l.quota));
         let left = if remaining < READY_NUMBERS {
             number(remaining)
         } else {
-            cached(&REMAINING, remaining, |b| {
-                let _ = write!(b, "{remaining}");
-            })
+            cached(&REMAINING, remaining, |b| push_u64(b, remaining))
         };
         // Many responses share a reset second: one value per second per
         // thread, not a formatted copy each.
-        let reset = cached(&RESET, reset, |b| {
-            let _ = write!(b, "{reset}");
-        });
+        let reset = cached(&RESET, reset, |b| push_u64(b, reset));
         h.insert(X_RATELIMIT_LIMIT_REQUESTS, quota.clone());
         h.insert(X_RATELIMIT_REMAINING_REQUESTS, left.clone());
         h.insert(X_RATELIMIT_RESET_REQUESTS, reset.clone());
@@ -401,7 +396,10 @@ fn insert_policy(h: &mut HeaderMap, d: &Decision, buf: &mut String) {
             buf.push_str(", ");
         }
         push_sf_string(buf, &l.name);
-        let _ = write!(buf, ";q={};w={}", l.quota, l.window_secs);
+        buf.push_str(";q=");
+        push_u64(buf, l.quota);
+        buf.push_str(";w=");
+        push_u64(buf, l.window_secs);
         if l.unit.as_ref() != REQUESTS {
             buf.push_str(";qu=");
             push_sf_string(buf, &l.unit);
@@ -432,6 +430,31 @@ fn insert_policy(h: &mut HeaderMap, d: &Decision, buf: &mut String) {
     }
 }
 
+/// Appends a `RateLimit` member's parameters: `;r=<remaining>;t=<secs>`.
+fn push_member_state(out: &mut String, remaining: u64, secs: u64) {
+    out.push_str(";r=");
+    push_u64(out, remaining);
+    out.push_str(";t=");
+    push_u64(out, secs);
+}
+
+/// Appends `n` in decimal, without the formatter's machinery (these
+/// numbers are written on every response).
+fn push_u64(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // Only ASCII digits were written.
+    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or("0"));
+}
+
 /// Appends `s` to `out` as a structured-field string.
 fn push_sf_string(out: &mut String, s: &str) {
     out.push('"');
@@ -456,6 +479,27 @@ fn sf_string(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_are_written_as_the_formatter_writes_them() {
+        for n in [
+            0,
+            1,
+            9,
+            10,
+            99,
+            100,
+            1023,
+            1024,
+            86_400,
+            u64::from(u32::MAX),
+            u64::MAX,
+        ] {
+            let mut out = String::from("x");
+            push_u64(&mut out, n);
+            assert_eq!(out, format!("x{n}"));
+        }
+    }
 
     #[test]
     fn structured_strings_are_quoted_and_escaped() {
