@@ -79,6 +79,12 @@ struct Held {
 }
 
 impl Held {
+    /// Its key among the limiter's holders: its address, unique while it
+    /// is in the book (it leaves the book before its memory is freed).
+    fn key(&self) -> usize {
+        self as *const Held as usize
+    }
+
     fn hold(&self) -> Duration {
         let us = self
             .items
@@ -99,7 +105,7 @@ impl Drop for Held {
             inflight::slots(&self.tier, l, self.limiter.as_ref(), -1.0);
         }
         if let Some(book) = self.book.upgrade() {
-            book.held.lock().remove(&self.holder);
+            book.held.lock().remove(&self.key());
         }
         let items = std::mem::take(&mut self.items);
         let holder = std::mem::take(&mut self.holder);
@@ -139,7 +145,7 @@ impl Drop for Held {
 /// Every slot this limiter holds, for the renewals.
 #[derive(Default)]
 pub(super) struct Slots {
-    held: Mutex<HashMap<String, Weak<Held>>>,
+    held: Mutex<HashMap<usize, Weak<Held>, ahash::RandomState>>,
     renewing: AtomicBool,
     warned: AtomicBool,
     /// Releases spawned and not done yet.
@@ -181,9 +187,7 @@ impl Slots {
         let third = held.hold() / 3;
         *held.due.get_mut() += third;
         let held = Arc::new(held);
-        self.held
-            .lock()
-            .insert(held.holder.clone(), Arc::downgrade(&held));
+        self.held.lock().insert(held.key(), Arc::downgrade(&held));
         if let Some(rt) = runtime
             && !self.renewing.swap(true, Ordering::AcqRel)
         {

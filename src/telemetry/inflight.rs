@@ -5,7 +5,9 @@
 //! start-up for every in-flight limit and configured shard
 //! ([`register_at_zero`]).
 
+use std::cell::RefCell;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use metrics::{Label, counter, describe_counter, describe_gauge, gauge};
 
@@ -80,22 +82,60 @@ pub(crate) fn slots(tier: &str, limit: &str, limiter: Option<&Arc<str>>, delta: 
         family: INFLIGHT_SLOTS,
         first: (LABEL_TIER, tier),
         second: (LABEL_LIMIT, limit),
+        third: None,
         limiter,
     };
     super::labelled::shift(&series, delta);
-    let mut held = HELD.lock();
     let step = delta as i64;
-    if let Some((_, _, n)) = held.iter_mut().find(|(t, l, _)| t == tier && l == limit) {
-        *n = n.saturating_add(step);
-    } else if held.len() < super::MAX_SERIES {
-        held.push((tier.to_owned(), limit.to_owned(), step));
+    // Each thread keeps the counts it moved, so a slot taken or given back
+    // touches one atomic, not the process-wide list under its lock.
+    let kept = COUNTS
+        .try_with(|counts| {
+            counts
+                .borrow()
+                .iter()
+                .find(|(t, l, _)| **t == *tier && **l == *limit)
+                .map(|(_, _, n)| n.fetch_add(step, Ordering::Relaxed))
+                .is_some()
+        })
+        .unwrap_or(false);
+    if kept {
+        return;
     }
+    let count = {
+        let mut held = HELD.lock();
+        match held.iter().find(|(t, l, _)| t == tier && l == limit) {
+            Some((_, _, n)) => n.clone(),
+            None if held.len() < super::MAX_SERIES => {
+                let n = Arc::new(AtomicI64::new(0));
+                held.push((tier.to_owned(), limit.to_owned(), n.clone()));
+                n
+            }
+            None => return,
+        }
+    };
+    count.fetch_add(step, Ordering::Relaxed);
+    let _ = COUNTS.try_with(|counts| {
+        let mut counts = counts.borrow_mut();
+        if counts.len() < super::MAX_SERIES {
+            counts.push((tier.into(), limit.into(), count));
+        }
+    });
 }
 
 /// Slots held now in this process per (tier, limit): what the gauge
 /// says, readable without the recorder (an app may own it). Taken and
 /// given back only with slots, never per decision.
-static HELD: parking_lot::Mutex<Vec<(String, String, i64)>> = parking_lot::Mutex::new(Vec::new());
+static HELD: parking_lot::Mutex<Vec<(String, String, Arc<AtomicI64>)>> =
+    parking_lot::Mutex::new(Vec::new());
+
+/// One count of [`HELD`] a thread keeps: its tier, limit and count.
+type KeptCount = (Box<str>, Box<str>, Arc<AtomicI64>);
+
+thread_local! {
+    /// The counts of [`HELD`] this thread has moved, by tier and limit.
+    static COUNTS: RefCell<Vec<KeptCount>> = const { RefCell::new(Vec::new()) };
+}
 
 /// One in-flight limit's slots, as the dashboard shows them.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -116,7 +156,7 @@ pub fn held_now(tier: &str, limit: &str) -> u64 {
     HELD.lock()
         .iter()
         .find(|(t, l, _)| t == tier && l == limit)
-        .map_or(0, |(_, _, n)| (*n).max(0) as u64)
+        .map_or(0, |(_, _, n)| n.load(Ordering::Relaxed).max(0) as u64)
 }
 
 /// Every in-flight limit of `policy` (tier limits, and route limits that
