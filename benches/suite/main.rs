@@ -39,6 +39,7 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod buildcost;
 mod edge;
 mod inflight;
 mod inproc;

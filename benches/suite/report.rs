@@ -135,19 +135,20 @@ pub fn render(o: &Options, r: &Results) -> String {
         ok,
     );
     let redis_floor = http_rps(r, Variant::RedisFloor);
-    for (v, limits) in [(Variant::Redis1, 1), (Variant::Redis3, 3)] {
+    // The floor decides one limit; three limits may cost Redis more.
+    for (v, limits, want) in [(Variant::Redis1, 1, 0.95), (Variant::Redis3, 3, 0.9)] {
         let g = Ratio::of(&http_rps(r, v), &redis_floor);
-        let ok = g.value >= 0.95;
+        let ok = g.value >= want;
         goal(
             &format!(
-                "Redis path ({limits} limit{}) ≥ 0.95 of the Redis floor (1 `EVALSHA` of a minimal script + 5 headers, same client)",
+                "Redis path ({limits} limit{}) ≥ {want} of the Redis floor (1 `EVALSHA` of a minimal script + 5 headers, same client)",
                 if limits > 1 { "s" } else { "" }
             ),
             g,
             ok,
         );
         let g = Ratio::of(&cpu(v), &cpu(Variant::RedisFloor));
-        let ok = g.value >= 0.95;
+        let ok = g.value >= want;
         goal(
             "the same, by server CPU per request (floor CPU / ratewatch CPU)",
             g,
@@ -196,6 +197,21 @@ pub fn render(o: &Options, r: &Results) -> String {
         g,
         ok,
     );
+    for (distinct, want, keys) in [(false, 0.25, "one hot key"), (true, 0.8, "a million keys")] {
+        let of = |who: Who| {
+            r.inproc
+                .get(&(who, distinct, 1))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let g = Ratio::of(&of(Who::Ratewatch), &of(Who::Governor));
+        let ok = g.value >= want;
+        goal(
+            &format!("`Limiter::check` ≥ {want} of governor's keyed `check_key`, {keys}, 1 thread"),
+            g,
+            ok,
+        );
+    }
     let leased: Vec<f64> = r.lease.iter().map(|l| l.ops).collect();
     let g = Ratio::of(&leased, &rw_ceiling);
     let ok = g.value >= 5.0;
@@ -295,6 +311,8 @@ pub fn render(o: &Options, r: &Results) -> String {
     crate::edge::goal_rows(w, r);
     crate::rls::goal_rows(w, r);
     crate::limitador::goal_rows(w, r);
+    let build = crate::buildcost::measured();
+    crate::buildcost::goal_rows(w, build.as_ref());
 
     // --- HTTP ------------------------------------------------------------
     let bare = rps(r, Variant::Bare);
@@ -366,6 +384,7 @@ pub fn render(o: &Options, r: &Results) -> String {
     crate::edge::render(w, o, r);
     crate::rls::render(w, o, r);
     crate::limitador::render(w, r);
+    crate::buildcost::render(w, build.as_ref());
 
     // --- Ceiling ---------------------------------------------------------
     let rw_c = median(rw_ceiling.clone());
