@@ -127,6 +127,7 @@ pub mod algorithm;
 pub mod clock;
 #[cfg(feature = "dashboard")]
 mod dashboard;
+mod decimal;
 mod error;
 pub mod identity;
 pub mod layer;

@@ -26,6 +26,7 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::clock::MICROS_PER_SEC;
+use crate::decimal::push_u64;
 use crate::policy::REQUESTS;
 use crate::{Decision, LimitReport};
 
@@ -438,23 +439,6 @@ fn push_member_state(out: &mut String, remaining: u64, secs: u64) {
     push_u64(out, secs);
 }
 
-/// Appends `n` in decimal, without the formatter's machinery (these
-/// numbers are written on every response).
-fn push_u64(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    // Only ASCII digits were written.
-    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or("0"));
-}
-
 /// Appends `s` to `out` as a structured-field string.
 fn push_sf_string(out: &mut String, s: &str) {
     out.push('"');
@@ -479,27 +463,6 @@ fn sf_string(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn numbers_are_written_as_the_formatter_writes_them() {
-        for n in [
-            0,
-            1,
-            9,
-            10,
-            99,
-            100,
-            1023,
-            1024,
-            86_400,
-            u64::from(u32::MAX),
-            u64::MAX,
-        ] {
-            let mut out = String::from("x");
-            push_u64(&mut out, n);
-            assert_eq!(out, format!("x{n}"));
-        }
-    }
 
     #[test]
     fn structured_strings_are_quoted_and_escaped() {

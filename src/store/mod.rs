@@ -435,18 +435,7 @@ fn holder_text(process: u64, n: u64) -> String {
             .map(|i| HEX[(process >> (i * 4)) as usize & 0xf] as char),
     );
     id.push(':');
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut rest = n;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    id.extend(digits[at..].iter().map(|&d| d as char));
+    crate::decimal::push_u64(&mut id, n);
     id
 }
 

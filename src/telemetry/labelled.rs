@@ -115,34 +115,36 @@ type StaticEntry<H> = (&'static str, (&'static str, &'static str), H);
 
 /// Adds `n` to the counter `s` names.
 pub(crate) fn add(s: &Series<'_>, n: u64) {
-    let cached = super::counters::own_recorder_in_force()
-        && COUNTERS.with_borrow_mut(|cache| {
-            with_handle(cache, s, |l| counter!(s.family, l), |c| c.increment(n))
-        });
-    if !cached {
-        counter!(s.family, s.labels()).increment(n);
-    }
+    apply(&COUNTERS, s, |l| counter!(s.family, l), |c| c.increment(n));
 }
 
 /// Moves the gauge `s` names by `delta`.
 pub(crate) fn shift(s: &Series<'_>, delta: f64) {
-    let cached = super::counters::own_recorder_in_force()
-        && GAUGES.with_borrow_mut(|cache| {
-            with_handle(cache, s, |l| gauge!(s.family, l), |g| g.increment(delta))
-        });
-    if !cached {
-        gauge!(s.family, s.labels()).increment(delta);
-    }
+    apply(&GAUGES, s, |l| gauge!(s.family, l), |g| g.increment(delta));
 }
 
 /// Records `value` in the histogram `s` names.
 pub(crate) fn observe(s: &Series<'_>, value: f64) {
+    apply(
+        &HISTOGRAMS,
+        s,
+        |l| histogram!(s.family, l),
+        |h| h.record(value),
+    );
+}
+
+/// Runs `change` on the handle of `s`: this thread's, kept in `cache`,
+/// under ratewatch's own recorder; else one `make` asks the recorder for.
+fn apply<H>(
+    cache: &'static std::thread::LocalKey<RefCell<Vec<Entry<H>>>>,
+    s: &Series<'_>,
+    make: impl Fn(Vec<Label>) -> H,
+    change: impl Fn(&H),
+) {
     let cached = super::counters::own_recorder_in_force()
-        && HISTOGRAMS.with_borrow_mut(|cache| {
-            with_handle(cache, s, |l| histogram!(s.family, l), |h| h.record(value))
-        });
+        && cache.with_borrow_mut(|c| with_handle(c, s, &make, &change));
     if !cached {
-        histogram!(s.family, s.labels()).record(value);
+        change(&make(s.labels()));
     }
 }
 
