@@ -18,5 +18,5 @@ print(f"units={len(units)}")
 units.sort(key=lambda u: u["duration"], reverse=True)
 for u in units[:top]:
     target = u.get("target", "").strip()
-    name = f"{u['name']} {u['version']}" + (f"{target}" if target else "")
+    name = f"{u['name']} {u['version']}" + (f" ({target})" if target else "")
     print(f"unit={u['duration']:.1f} {name}")
