@@ -193,7 +193,9 @@ impl Entry {
         if now < self.blocked_until {
             if let Some((answer, at)) = &self.blocked {
                 return Step::Local {
-                    answer: aged(answer, now - at),
+                    // `now` was read before the lock: another thread may
+                    // have recorded this answer after it.
+                    answer: aged(answer, now.saturating_sub(*at)),
                     renew: None,
                     from: None,
                 };
@@ -227,7 +229,7 @@ impl Entry {
                 if renew.is_some() {
                     self.renewing = true;
                 }
-                let answer = lent(g, now - at, left);
+                let answer = lent(g, now.saturating_sub(*at), left);
                 let from = h.charge.clone();
                 return Step::Local {
                     answer,
@@ -550,6 +552,43 @@ mod tests {
         assert!(matches!(still, Step::Local { .. }));
         let after = e.step(1_000_011, 1, false, Transition::Cooled, &s, &mut fx);
         assert!(matches!(after, Step::Exact), "{after:?}");
+    }
+
+    /// Each request reads the clock before it takes the table's lock, so a
+    /// thread can step with a `now` earlier than the answer another thread
+    /// installed (seen under load: an overflow panic in debug builds, and
+    /// a wrapped clock in the answer in release ones).
+    #[test]
+    fn a_request_timed_before_the_answer_it_reads_is_answered_as_of_that_answer() {
+        let items: Arc<[Item]> = vec![window("e", 1_000, 1_000_000)].into();
+        let s = LeaseSettings::default();
+        let mut fx = Effects::default();
+        let mut e = Entry::new(items.clone(), 100, label("*", "/search"), 0);
+        e.step(10, 1, true, Transition::Configured, &s, &mut fx);
+        let granted = answer(true, vec![open(800.0, 999_000)], 500);
+        e.install(10, 500, 50, 0, &granted, None, &s, 1, &mut fx);
+        let Step::Local { answer: lent, .. } =
+            e.step(400, 1, true, Transition::Configured, &s, &mut fx)
+        else {
+            panic!("not spent from the lease")
+        };
+        assert_eq!(lent.now, 500);
+        assert_eq!(lent.verdicts[0].reset_after_us, 999_000);
+
+        let mut e = Entry::new(items, 1, label("x", "*"), 0);
+        e.heard(
+            10,
+            500,
+            &answer(false, vec![verdict(false, 1_000_000)], 500),
+        );
+        let Step::Local {
+            answer: refused, ..
+        } = e.step(400, 1, false, Transition::Cooled, &s, &mut fx)
+        else {
+            panic!("the refusal was not remembered")
+        };
+        assert_eq!(refused.now, 500);
+        assert_eq!(refused.verdicts[0].retry_after_us, 1_000_000);
     }
 
     #[test]
