@@ -4,12 +4,12 @@
 //!
 //! A metered decision counts its units (`ratewatch_cost_units_total`,
 //! `ratewatch_units_charged_total`), a settle its outcome and units, a
-//! decision-service request each descriptor's outcome and its latency,
-//! a decision on Redis its round trip, and every slot moves `ratewatch_inflight_slots` twice. Asking the
-//! recorder for a labelled series builds its key (an owned `String` per
-//! label), hashes it and looks it up under a lock: about 1.2 k
-//! instructions a call, a third of what a three-unit decision cost beyond
-//! its limits. Each thread keeps the
+//! decision-service request each descriptor's outcome and its latency, a
+//! decision on Redis its round trip, and every slot moves
+//! `ratewatch_inflight_slots` twice. Asking the recorder for a labelled
+//! series builds its key (an owned `String` per label), hashes it and looks
+//! it up under a lock: about 1.2 k instructions a call, a third of what a
+//! three-unit decision cost beyond its limits. Each thread keeps the
 //! handles it has used instead, found by comparing the labels' text (short
 //! policy names), so nothing is allocated on a hit and a reload's new
 //! strings of the same text are the same series, as they are to the
