@@ -556,8 +556,8 @@ mod tests {
 
     /// Each request reads the clock before it takes the table's lock, so a
     /// thread can step with a `now` earlier than the answer another thread
-    /// installed (seen under load: an overflow panic in debug builds, and
-    /// a wrapped clock in the answer in release ones).
+    /// installed (seen under load: an overflow panic in debug builds; in
+    /// release ones the wrapped age zeroed the answer's reset and retry).
     #[test]
     fn a_request_timed_before_the_answer_it_reads_is_answered_as_of_that_answer() {
         let items: Arc<[Item]> = vec![window("e", 1_000, 1_000_000)].into();
