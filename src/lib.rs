@@ -134,6 +134,8 @@ pub mod layer;
 pub mod lease;
 mod limiter;
 pub mod policy;
+#[cfg(feature = "redis-store")]
+mod redis_client;
 pub mod resilience;
 #[cfg(feature = "server")]
 pub mod server;

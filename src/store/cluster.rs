@@ -99,17 +99,7 @@ impl ClusterStore {
                 "a redis-cluster store needs at least one node in `store.nodes`".into(),
             ));
         }
-        let builder = redis::cluster::ClusterClient::builder(settings.nodes.clone());
-        #[cfg(feature = "tls")]
-        let builder = match super::tls::certificates(&settings.tls)? {
-            Some(certs) => builder.certs(certs),
-            None => builder,
-        };
-        #[cfg(not(feature = "tls"))]
-        if settings.nodes.iter().any(|n| n.starts_with("rediss://")) {
-            return Err(super::tls::no_tls());
-        }
-        let client = builder
+        let client = crate::redis_client::cluster_builder(settings.nodes.clone(), &settings.tls)?
             .connection_timeout(settings.timeout.max(Duration::from_millis(200)))
             .response_timeout(settings.timeout)
             .overall_response_timeout(Some(settings.timeout))

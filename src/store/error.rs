@@ -27,6 +27,14 @@ pub enum StoreError {
     },
 }
 
+#[cfg(feature = "redis-store")]
+impl From<crate::redis_client::ClientError> for StoreError {
+    /// A client that could not be made: the store is unavailable, with why.
+    fn from(e: crate::redis_client::ClientError) -> Self {
+        StoreError::Unavailable(e.0)
+    }
+}
+
 impl StoreError {
     /// Whether the same call may succeed later (everything but a protocol bug).
     pub fn is_transient(&self) -> bool {

@@ -35,8 +35,6 @@ mod script;
 #[cfg(feature = "redis-store")]
 mod sentinel;
 mod settle;
-#[cfg(feature = "redis-store")]
-pub(crate) mod tls;
 mod usage;
 
 use std::sync::Arc;

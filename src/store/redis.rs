@@ -83,7 +83,7 @@ impl RedisStore {
     /// and remade in the background after a failure, so Redis may be down.
     pub async fn connect(settings: &StoreSettings) -> Result<Self, StoreError> {
         let url = settings.url.as_deref().unwrap_or(DEFAULT_URL);
-        let client = super::tls::client(url, &settings.tls)?;
+        let client = crate::redis_client::client(url, &settings.tls)?;
         let shard: Arc<str> = host_port(client.get_connection_info()).into();
         Self::with_client(client, shard, settings, Arc::default())
     }

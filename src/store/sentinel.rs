@@ -82,11 +82,11 @@ impl SentinelStore {
         let sentinels = settings
             .sentinels
             .iter()
-            .map(|url| super::tls::client(url.as_str(), &settings.tls))
+            .map(|url| crate::redis_client::client(url.as_str(), &settings.tls))
             .collect::<Result<Vec<_>, _>>()?;
         let tls = sentinels
             .iter()
-            .any(|c| super::tls::is_tls(c.get_connection_info()));
+            .any(|c| crate::redis_client::is_tls(c.get_connection_info()));
         let store = Self {
             inner: Arc::new(Inner {
                 unknown: format!("sentinel:{master_name}").into(),
@@ -182,7 +182,7 @@ impl SentinelStore {
             .into_connection_info()
             .map_err(script::classify)?
             .set_redis_settings(redis);
-        let client = super::tls::client(info, &inner.settings.tls)?;
+        let client = crate::redis_client::client(info, &inner.settings.tls)?;
         let shard: Arc<str> = if host.contains(':') {
             format!("[{host}]:{port}")
         } else {

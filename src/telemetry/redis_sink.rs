@@ -191,7 +191,8 @@ impl RedisSink {
             .get_or_try_init(|| async {
                 match &self.target.endpoints {
                     Endpoints::Node(url) => {
-                        let client = crate::store::tls::redis_client(url, &self.target.tls)?;
+                        let client = crate::redis_client::client(url.as_str(), &self.target.tls)
+                            .map_err(redis::RedisError::from)?;
                         let config = redis::aio::ConnectionManagerConfig::new()
                             .set_connection_timeout(Some(t))
                             .set_response_timeout(Some(t))
@@ -205,7 +206,8 @@ impl RedisSink {
                     }
                     Endpoints::Cluster(nodes) => {
                         let client =
-                            crate::store::tls::cluster_builder(nodes.clone(), &self.target.tls)?
+                            crate::redis_client::cluster_builder(nodes.clone(), &self.target.tls)
+                                .map_err(redis::RedisError::from)?
                                 .connection_timeout(t)
                                 .response_timeout(t)
                                 .overall_response_timeout(Some(t))
