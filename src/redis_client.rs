@@ -14,7 +14,7 @@ use crate::policy::TlsFiles;
 
 /// Why no client could be made: an invalid URL, a TLS file that cannot be
 /// read, or `rediss://` in a build without the feature `tls`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) struct ClientError(pub(crate) String);
 
 impl std::fmt::Display for ClientError {
